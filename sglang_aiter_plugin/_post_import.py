@@ -1,0 +1,93 @@
+"""Run a callback right after a module is imported, or now if it already is.
+
+The plugin must change sglang's module-level lists (the CLI choices, the backend registry) before
+sglang uses them, but importing those modules at plugin load would cost seconds in processes that
+never need them. A post-import hook does the work exactly when the module first loads.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import logging
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+__all__ = ["when_imported"]
+
+logger = logging.getLogger(__name__)
+
+_Callback = Callable[[ModuleType], None]
+_pending: dict[str, list[_Callback]] = {}
+_lock = threading.RLock()
+
+
+def when_imported(module_name: str, callback: _Callback) -> bool:
+    """Call ``callback(module)`` after ``module_name`` is imported.
+
+    Returns ``True`` when the module was already imported and the callback ran now, ``False``
+    when it was deferred. Exceptions from a deferred callback are logged, never raised into the
+    importer.
+    """
+    with _lock:
+        module = sys.modules.get(module_name)
+        if module is None:
+            _pending.setdefault(module_name, []).append(callback)
+            if not any(isinstance(f, _Finder) for f in sys.meta_path):
+                sys.meta_path.insert(0, _Finder())
+            return False
+    callback(module)
+    return True
+
+
+def _run_pending(module_name: str) -> None:
+    with _lock:
+        callbacks = _pending.pop(module_name, [])
+    module = sys.modules.get(module_name)
+    if module is None:
+        return
+    for callback in callbacks:
+        try:
+            callback(module)
+        except Exception:
+            logger.exception("sglang-aiter-plugin: post-import step for %s failed", module_name)
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, wrapped: importlib.abc.Loader, name: str) -> None:
+        self._wrapped = wrapped
+        self._name = name
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._wrapped.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._wrapped.exec_module(module)
+        _run_pending(self._name)
+
+    def __getattr__(self, item: str) -> Any:  # get_source, is_package, ... for tools
+        return getattr(self._wrapped, item)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        with _lock:
+            if fullname not in _pending:
+                return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Loader(spec.loader, fullname)
+                return spec
+        return None

@@ -1,0 +1,34 @@
+"""The plugin's own extension points, built on pluggy.
+
+Fixes (built-in and third-party) are pluggy plugins that implement the hooks in
+:mod:`sglang_aiter_plugin.plugin.spec`. Third-party packages contribute theirs through the
+entry-point group :data:`FIXES_GROUP`; the entry-point name becomes the fix name::
+
+    [project.entry-points."sglang_aiter_plugin.fixes"]
+    my-fix = "my_package.my_fix"
+
+    # my_package/my_fix.py
+    from sglang_aiter_plugin.plugin import hookimpl
+    from sglang_aiter_plugin import FixState, FixStatus
+
+    @hookimpl
+    def aiter_ext_apply_fix(context):
+        return FixStatus("my-fix", FixState.APPLIED, "what it did")
+
+Callers go through :mod:`sglang_aiter_plugin.plugin.manager`, never through ``pm.hook``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pluggy
+
+__all__ = ["FIXES_GROUP", "NAME", "hookimpl"]
+
+NAME = "sglang_aiter_plugin"
+FIXES_GROUP = "sglang_aiter_plugin.fixes"
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+hookimpl: Callable[[_F], _F] = pluggy.HookimplMarker(NAME)

@@ -1,0 +1,70 @@
+"""Hook specifications: what a fix or an observer of the buffer pool implements.
+
+All hooks run on cold paths only (plugin load, backend construction, CUDA-graph set-up); none is
+called per decode step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pluggy
+from packaging.version import Version
+
+from sglang_aiter_plugin.plugin import NAME
+
+if TYPE_CHECKING:
+    from sglang_aiter_plugin._status import FixStatus
+
+__all__ = ["FixContext", "PoolResize", "aiter_ext_apply_fix", "aiter_ext_pool_resized"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_spec_marker = pluggy.HookspecMarker(NAME)
+
+
+def _spec(func: _F) -> _F:
+    return _spec_marker(func)
+
+
+@dataclass(frozen=True)
+class FixContext:
+    """What a fix may look at when it decides whether and how to apply."""
+
+    plugin_version: str
+    sglang_version: Version | None
+    """The installed sglang release, or ``None`` when sglang's metadata cannot be read."""
+
+
+@dataclass(frozen=True)
+class PoolResize:
+    """A grow-only buffer pool changed capacity (batch rows)."""
+
+    pool: Any
+    """The :class:`~sglang_aiter_plugin.backend.pool.BufferPool` that grew."""
+    owner: Any
+    """The backend object that owns the pool."""
+    old_capacity: int
+    new_capacity: int
+    reason: str
+
+
+@_spec
+def aiter_ext_apply_fix(context: FixContext) -> FixStatus:  # type: ignore[empty-body]
+    """Probe whether the fix is needed here and apply it; report what happened.
+
+    Called once per process, from ``register()``. Must be idempotent and cheap: sglang loads
+    plugins in the launcher, the engine and every scheduler process. Raising is allowed (the
+    manager turns it into a ``failed`` status and carries on with the other fixes), but a fix
+    should prefer to return ``skipped``/``not needed`` with a reason.
+    """
+
+
+@_spec
+def aiter_ext_pool_resized(event: PoolResize) -> None:
+    """A backend's buffer pool grew (before CUDA-graph capture).
+
+    Implementations re-point objects that cache references to the pool's tensors. Never called
+    on the per-step path.
+    """

@@ -1,0 +1,47 @@
+"""`aiter-ext` through sglang's real argument parser and backend registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_aiter_plugin.backend import AiterUnavailableError
+
+FLAGS = ["--attention-backend", "--prefill-attention-backend", "--decode-attention-backend"]
+
+
+@pytest.mark.parametrize("flag", FLAGS)
+def test_real_parser_accepts_aiter_ext(plugins_loaded, flag: str) -> None:  # type: ignore[no-untyped-def]
+    from sglang.srt.server_args import prepare_server_args
+
+    args = prepare_server_args(["--model-path", "dummy", flag, "aiter-ext"])
+    assert getattr(args, flag[2:].replace("-", "_")) in ("aiter-ext", "aiter")
+
+
+@pytest.mark.parametrize("flag", FLAGS)
+def test_real_parser_still_rejects_unknown_names(plugins_loaded, flag: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    from sglang.srt.server_args import prepare_server_args
+
+    with pytest.raises(SystemExit) as exc:
+        prepare_server_args(["--model-path", "dummy", flag, "aiter-extra"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'aiter-extra'" in capsys.readouterr().err
+
+
+def test_choice_is_added_once_in_the_shared_list(plugins_loaded) -> None:  # type: ignore[no-untyped-def]
+    from sglang.srt import server_args
+
+    from sglang_aiter_plugin.fixes.attention_backend import add_choice
+
+    add_choice(server_args)
+    add_choice(server_args)
+    assert server_args.ATTENTION_BACKEND_CHOICES.count("aiter-ext") == 1
+
+
+def test_building_aiter_ext_without_rocm_names_rocm_and_aiter(plugins_loaded) -> None:  # type: ignore[no-untyped-def]
+    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+
+    with pytest.raises(AiterUnavailableError) as exc:
+        ATTENTION_BACKENDS["aiter-ext"](object())
+    message = str(exc.value)
+    assert "aiter-ext cannot run here" in message
+    assert "ROCm" in message and "--attention-backend triton" in message

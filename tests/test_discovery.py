@@ -1,0 +1,78 @@
+"""sglang finds the installed plugin by itself: entry points, load_plugins(), spawn children."""
+
+from __future__ import annotations
+
+from importlib.metadata import distribution
+
+from tests.subproc import run_python
+
+DISCOVERY = """
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES
+from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+import sglang_aiter_plugin
+from sglang_aiter_plugin._registration import last_statuses
+print("RESULT " + json.dumps({
+    "choices": ATTENTION_BACKEND_CHOICES.count("aiter-ext"),
+    "factory": getattr(ATTENTION_BACKENDS.get("aiter-ext"), "__module__", None),
+    "statuses": [s.as_dict() for s in (last_statuses() or [])],
+    "package": sglang_aiter_plugin.__file__,
+}))
+"""
+
+
+def test_plugin_is_installed_with_its_entry_points() -> None:
+    dist = distribution("sglang-aiter-plugin")
+    eps = {(ep.group, ep.name): ep.value for ep in dist.entry_points}
+    assert eps[("sglang.srt.plugins", "aiter_ext")] == "sglang_aiter_plugin:register"
+    assert eps[("console_scripts", "sglang-aiter-plugin")] == "sglang_aiter_plugin.cli:main"
+
+
+def test_sglang_load_plugins_discovers_and_runs_the_plugin() -> None:
+    result = run_python(DISCOVERY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = result.data
+    assert data["choices"] == 1
+    assert data["factory"] == "sglang_aiter_plugin.fixes.attention_backend"
+    names = [s["name"] for s in data["statuses"]]
+    assert names[:2] == ["attention-backend", "reduce-scatter-tms"]
+    assert data["statuses"][0]["state"] == "applied"
+    # the one log line: plugin version, sglang version and every fix's outcome
+    line = next(ln for ln in result.stderr.splitlines() if "sglang-aiter-plugin 0" in ln)
+    assert "on sglang " in line and "attention-backend=applied" in line
+    assert "reduce-scatter-tms=" in line
+
+
+SPAWN = """
+import multiprocessing as mp
+
+def child(q):
+    import sys
+    sys.modules.setdefault("aiter", None)
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
+    from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES
+    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+    q.put([ATTENTION_BACKEND_CHOICES.count("aiter-ext"), "aiter-ext" in ATTENTION_BACKENDS])
+
+if __name__ == "__main__":
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=child, args=(q,))
+    p.start()
+    got = q.get(timeout=600)
+    p.join()
+    print("RESULT " + json.dumps({"child": got, "exitcode": p.exitcode}))
+"""
+
+
+def test_spawn_child_loads_the_plugin_itself(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # spawn re-imports __main__, so the parent code must live in a file
+    script = tmp_path / "spawn_parent.py"
+    script.write_text("import sys, json\nsys.modules.setdefault('aiter', None)\n" + SPAWN)
+    result = run_python(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.data == {"child": [1, True], "exitcode": 0}

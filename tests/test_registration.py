@@ -1,0 +1,98 @@
+"""register(): idempotent, switchable, and honest about what sglang's allow-lists decide."""
+
+from __future__ import annotations
+
+from tests.subproc import run_python
+
+STATE = """
+from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES
+from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
+from sglang.srt.plugins.hook_registry import HookRegistry
+from sglang_aiter_plugin._registration import last_statuses
+def state():
+    return {
+        "choices": ATTENTION_BACKEND_CHOICES.count("aiter-ext"),
+        "factory": "aiter-ext" in ATTENTION_BACKENDS,
+        "hooks": {t: len(h) for t, h in HookRegistry._hooks.items()},
+        "statuses": {s.name: s.state.value for s in (last_statuses() or [])},
+    }
+"""
+
+
+def test_register_three_times_and_load_plugins_twice_leaves_one_of_each() -> None:
+    code = STATE + """
+from sglang.srt.plugins import load_plugins
+import sglang_aiter_plugin
+load_plugins(); load_plugins()
+before = state()
+sglang_aiter_plugin.register(); sglang_aiter_plugin.register(); sglang_aiter_plugin.register()
+load_plugins()
+HookRegistry.apply_hooks()
+print("RESULT " + json.dumps({"before": before, "after": state()}))
+"""
+    data = run_python(code).data
+    assert data["before"] == data["after"]
+    assert data["after"]["choices"] == 1
+    assert data["after"]["factory"] is True
+    assert all(n == 1 for n in data["after"]["hooks"].values()), data["after"]["hooks"]
+
+
+def test_sglang_plugins_allow_list_without_this_plugin_loads_nothing() -> None:
+    code = STATE + """
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang.srt.server_args import prepare_server_args
+try:
+    prepare_server_args(["--model-path", "dummy", "--attention-backend", "aiter-ext"])
+    parsed = True
+except SystemExit:
+    parsed = False
+print("RESULT " + json.dumps({"state": state(), "parsed": parsed}))
+"""
+    data = run_python(code, env={"SGLANG_PLUGINS": "some_other_plugin"}).data
+    assert data["state"]["choices"] == 0
+    assert data["state"]["statuses"] == {}
+    assert data["parsed"] is False
+    loaded = run_python(code, env={"SGLANG_PLUGINS": "some_other_plugin,aiter_ext"}).data
+    assert loaded["state"]["choices"] == 1 and loaded["parsed"] is True
+
+
+def test_disabled_plugin_loads_but_changes_nothing() -> None:
+    code = STATE + """
+from sglang.srt.plugins import load_plugins
+load_plugins()
+print("RESULT " + json.dumps(state()))
+"""
+    data = run_python(code, env={"SGLANG_AITER_EXT": "0"}).data
+    assert data["choices"] == 0
+    assert data["factory"] is False
+    assert data["hooks"] == {}
+    assert set(data["statuses"].values()) == {"disabled"}
+
+
+def test_per_fix_disable_list_leaves_the_other_fixes() -> None:
+    code = STATE + """
+from sglang.srt.plugins import load_plugins
+load_plugins()
+print("RESULT " + json.dumps(state()))
+"""
+    data = run_python(code, env={"SGLANG_AITER_EXT_DISABLE": "reduce-scatter-tms"}).data
+    assert data["statuses"]["reduce-scatter-tms"] == "disabled"
+    assert data["statuses"]["attention-backend"] == "applied"
+    assert data["choices"] == 1
+
+
+def test_bad_switch_values_are_reported_and_sglang_still_loads() -> None:
+    code = STATE + """
+from sglang.srt.plugins import load_plugins
+load_plugins()
+print("RESULT " + json.dumps(state()))
+"""
+    result = run_python(
+        code, env={"SGLANG_AITER_EXT": "maybe", "SGLANG_AITER_EXT_DISABLE": "no-such-fix"}
+    )
+    assert result.returncode == 0
+    assert result.data["choices"] == 1  # invalid value keeps the default: enabled
+    assert "SGLANG_AITER_EXT='maybe' is not valid; accepted values: 1, true" in result.stderr
+    assert "SGLANG_AITER_EXT_DISABLE names unknown fix 'no-such-fix'" in result.stderr
+    assert "attention-backend" in result.stderr  # the accepted names are listed

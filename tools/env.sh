@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Create the project's environment and run the doctor.
+#
+#   bash tools/env.sh [SGLANG_VERSION]      (default 0.5.23)
+#
+# .venv gets CPython's venv, the pinned import dependencies of sglang (tools/requirements-sglang.txt,
+# pinned by tools/constraints.txt), sglang 0.5.23 from PyPI with --no-deps, and this project in
+# editable mode. Another release is installed beside it (tools/with-sglang), never over it.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+version=${1:-${SGLANG_VERSION:-0.5.23}}
+venv="$root/.venv"
+base=$(cat "$root/tools/BASE_SGLANG")
+py=${PYTHON:-python3}
+
+if [[ ! -x $venv/bin/python || ! -f $venv/.complete ]]; then
+  echo "== creating $venv (sglang $base, --no-deps, plus its pinned import dependencies)"
+  rm -rf "$venv"
+  "$py" -m venv "$venv"
+  pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+  "${pip[@]}" install -r "$root/tools/requirements-sglang.txt" -c "$root/tools/constraints.txt" 2>&1 | grep -v '^WARNING: Location' || true
+  "${pip[@]}" install --no-deps "sglang==$base" 2>&1 | grep -v '^WARNING: Location' || true
+  "${pip[@]}" install --no-deps -e "$root" 2>&1 | grep -v '^WARNING: Location' || true
+  "$venv/bin/python" -c "import sglang, torch, pluggy, sglang_aiter_plugin" \
+    || { echo "environment is incomplete" >&2; exit 1; }
+  touch "$venv/.complete"
+fi
+exec bash "$root/tools/with-sglang" "$version" "$venv/bin/sglang-aiter-plugin" doctor

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Run the test suite against each sglang release in SGLANG_TEST_VERSIONS (default: 0.5.23 0.5.15 0.5.11).
+#
+#   bash tools/test.sh [PYTEST ARGS...]
+#
+# Creates the environment first when it is missing (tools/env.sh), then runs ruff, mypy and pytest.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+versions=${SGLANG_TEST_VERSIONS:-0.5.23 0.5.15 0.5.11}
+[[ -f .venv/.complete ]] || bash tools/env.sh >/dev/null
+.venv/bin/ruff check sglang_aiter_plugin tests benchmarks
+.venv/bin/mypy
+status=0
+for v in $versions; do
+  echo "=================== sglang $v ==================="
+  bash tools/with-sglang "$v" .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=1
+done
+exit $status

@@ -6,12 +6,21 @@ from typing import Any
 
 from sglang_aiter_plugin.backend._availability import AiterUnavailableError, require_aiter
 
-__all__ = ["AiterUnavailableError", "create_backend"]
+__all__ = ["AiterUnavailableError", "backend_classes", "create_backend"]
+
+
+def backend_classes() -> tuple[type[Any], type[Any]]:
+    """``(AiterExtAttnBackend, AiterExtMultiStepDraftBackend)``; imports sglang's aiter backend."""
+    from sglang_aiter_plugin.backend.classes import (
+        AiterExtAttnBackend,
+        AiterExtMultiStepDraftBackend,
+    )
+
+    return AiterExtAttnBackend, AiterExtMultiStepDraftBackend
 
 
 def create_backend(runner: Any) -> Any:
     """Build the backend for ``runner``; raise :class:`AiterUnavailableError` off ROCm."""
     require_aiter()
-    from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
-
-    return AiterAttnBackend(runner)
+    attn_cls, _ = backend_classes()
+    return attn_cls(runner)

@@ -78,11 +78,17 @@ def _log_summary(switches: Switches, statuses: list[FixStatus]) -> None:
 
 
 def _ensure_visible_logging() -> None:
-    """sglang configures logging only after plugins load; make our line visible before that."""
+    """Make the plugin's INFO line visible in sglang's processes.
+
+    sglang configures logging only after plugins load (and at import leaves the root logger at
+    WARNING), so an INFO line would be dropped. Raise only this logger's own level, and add a
+    handler only when nothing at all is configured; an explicit configuration of this logger wins.
+    """
+    if logger.level == logging.NOTSET and logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
     if logger.handlers or logging.getLogger().handlers:
         return
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(name)s: %(message)s"))
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
     logger.propagate = False

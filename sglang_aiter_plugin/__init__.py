@@ -1,14 +1,35 @@
 """sglang-aiter-plugin: the ``aiter-ext`` attention backend and a TMS-safe AITER reduce-scatter.
 
 sglang discovers the plugin through the ``sglang.srt.plugins`` entry point and calls
-:func:`register` in every process that loads plugins. Importing this package is cheap: nothing
-ROCm-specific and no sglang module is imported until :func:`register` runs.
+:func:`register` in every process that loads plugins. Importing this package costs next to
+nothing: the registry, sglang and anything ROCm-specific load only when :func:`register` runs
+(and sglang's own modules only when sglang imports them).
 """
 
 from __future__ import annotations
 
-from sglang_aiter_plugin._registration import register
-from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin._version import __version__
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sglang_aiter_plugin._status import FixState, FixStatus
 
 __all__ = ["FixState", "FixStatus", "__version__", "register"]
+
+
+def register() -> None:
+    """Entry point of the ``sglang.srt.plugins`` group. Never raises into sglang."""
+    from sglang_aiter_plugin._registration import register as _register
+
+    _register()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from sglang_aiter_plugin._version import __version__
+
+        return __version__
+    if name in ("FixState", "FixStatus"):
+        from sglang_aiter_plugin import _status
+
+        return getattr(_status, name)
+    raise AttributeError(f"module 'sglang_aiter_plugin' has no attribute {name!r}")

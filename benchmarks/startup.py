@@ -1,0 +1,175 @@
+"""Start-up cost of the plugin on CPU (no GPU needed).
+
+Measures, interleaved in one run so machine noise hits every variant alike:
+
+* whole-process wall time and peak RSS of
+  ``python -c "from sglang.srt.plugins import load_plugins; load_plugins()"`` with the plugin
+  installed and enabled, installed but switched off (``SGLANG_AITER_EXT=0``), and not installed;
+* the import time of ``sglang_aiter_plugin`` alone (``python -X importtime``);
+* which modules the plugin's load adds (nothing ROCm-specific may appear).
+
+"Not installed" is real: every variant runs with ``-S`` on a PYTHONPATH overlay of the
+environment's site-packages (symlinks), with or without this project's distribution in it.
+
+    .venv/bin/python benchmarks/startup.py --runs 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+LOAD = ("import json, sys; from sglang.srt.plugins import load_plugins; load_plugins(); "
+        "print('MODULES ' + json.dumps(sorted(sys.modules)))")
+
+
+def _overlays(tmp: Path) -> dict[str, Path]:
+    """Two PYTHONPATH roots: the environment with and without this project installed."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    without, with_ = tmp / "without", tmp / "with"
+    without.mkdir()
+    with_.mkdir()
+    for entry in site.iterdir():
+        if entry.suffix == ".pth" or "sglang_aiter_plugin" in entry.name:
+            continue
+        (without / entry.name).symlink_to(entry)
+        (with_ / entry.name).symlink_to(entry)
+    for entry in site.glob("sglang_aiter_plugin-*.dist-info"):
+        (with_ / entry.name).symlink_to(entry)
+    (with_ / "sglang_aiter_plugin").symlink_to(ROOT / "sglang_aiter_plugin")
+    extra = os.environ.get("PYTHONPATH", "")  # another sglang release first, as tools/with-sglang
+    return {name: Path(f"{extra}:{p}" if extra else str(p)) for name, p in
+            (("with", with_), ("without", without))}
+
+
+def _run(args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int, str, str]:
+    start = time.perf_counter()
+    # cwd matters: `python -c` puts it on sys.path, and a source checkout there holds metadata
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=cwd)
+    out, err = proc.communicate()
+    seconds = time.perf_counter() - start
+    # peak RSS of exactly this child (ru_maxrss of RUSAGE_CHILDREN would be the max of all)
+    peak_kib = _last_rusage_kib(proc.pid)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{args} failed:\n{err[-2000:]}")
+    return seconds, peak_kib, out, err
+
+
+_rss: dict[int, int] = {}
+
+
+def _last_rusage_kib(pid: int) -> int:
+    return _rss.get(pid, 0)
+
+
+def _popen_wait4() -> None:
+    """Make Popen reap children with wait4 so each child's own peak RSS is kept."""
+    original = subprocess.Popen._try_wait  # type: ignore[attr-defined]
+
+    def _try_wait(self: subprocess.Popen[str], wait_flags: int) -> tuple[int, int]:
+        try:
+            pid, status, usage = os.wait4(self.pid, wait_flags)
+        except ChildProcessError:
+            return original(self, wait_flags)  # type: ignore[no-any-return]
+        if pid:
+            _rss[pid] = usage.ru_maxrss
+        return pid, status
+
+    subprocess.Popen._try_wait = _try_wait  # type: ignore[attr-defined]
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(values, n=4) if len(values) >= 4 else [min(values), 0, max(values)]
+    return {"median": statistics.median(values), "q1": q[0], "q3": q[-1],
+            "min": min(values), "max": max(values), "n": len(values)}
+
+
+def _import_time_us(env: dict[str, str], cwd: Path) -> int:
+    proc = subprocess.run([sys.executable, "-S", "-X", "importtime", "-c",
+                           "import sglang_aiter_plugin"], env=env, capture_output=True, text=True,
+                          cwd=cwd)
+    for line in proc.stderr.splitlines():
+        m = re.match(r"import time:\s+\d+\s+\|\s+(\d+)\s+\|\s*sglang_aiter_plugin$", line)
+        if m:
+            return int(m.group(1))
+    raise RuntimeError(proc.stderr[-2000:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Start-up cost of sglang-aiter-plugin on CPU")
+    parser.add_argument("--runs", type=int, default=15, help="samples per variant")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/startup.json")
+    args = parser.parse_args(argv)
+    _popen_wait4()
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = _overlays(Path(tmp))
+        variants = {
+            "installed": {**base_env, "PYTHONPATH": str(paths["with"])},
+            "disabled": {**base_env, "PYTHONPATH": str(paths["with"]), "SGLANG_AITER_EXT": "0"},
+            "not installed": {**base_env, "PYTHONPATH": str(paths["without"])},
+        }
+        seconds: dict[str, list[float]] = {v: [] for v in variants}
+        peaks: dict[str, list[float]] = {v: [] for v in variants}
+        modules: dict[str, set[str]] = {}
+        names = list(variants)
+        for i in range(args.runs + 1):  # the first round warms the page cache, not recorded
+            names = names[1:] + names[:1]  # rotate so no variant always runs first
+            for name in names:
+                s, kib, out, _ = _run([sys.executable, "-S", "-c", LOAD], variants[name], Path(tmp))
+                mods = json.loads(out.split("MODULES ", 1)[1])
+                modules[name] = set(mods)
+                if i:
+                    seconds[name].append(s * 1000)
+                    peaks[name].append(kib / 1024)
+            print(f"round {i}/{args.runs}", file=sys.stderr, flush=True)
+        imports = [_import_time_us(variants["installed"], Path(tmp)) for _ in range(args.runs)]
+    added = sorted(modules["installed"] - modules["not installed"])
+    rocm = [m for m in added if m.split(".")[0] in ("aiter", "triton", "torch")]
+    import torch
+
+    result: dict[str, Any] = {
+        "benchmark": "startup",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "sglang": _sglang_version(),
+        "wall_ms": {k: _summary(v) for k, v in seconds.items()},
+        "peak_rss_mib": {k: _summary(v) for k, v in peaks.items()},
+        "import_us": _summary([float(x) for x in imports]),
+        "modules_added_by_plugin": added,
+        "rocm_or_torch_modules_added": rocm,
+    }
+    for k in ("installed", "disabled"):
+        result[f"added_ms_{k}"] = (result["wall_ms"][k]["median"]
+                                   - result["wall_ms"]["not installed"]["median"])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(json.dumps({k: result[k] for k in ("added_ms_installed", "added_ms_disabled")}))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _sglang_version() -> str:
+    from importlib.metadata import version
+
+    return version("sglang")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

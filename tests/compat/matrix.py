@@ -1,0 +1,172 @@
+"""Compatibility matrix: run the CPU suite against every supported sglang release.
+
+    .venv/bin/python tests/compat/matrix.py                 # all of 0.5.11 ... 0.5.23
+    .venv/bin/python tests/compat/matrix.py 0.5.15 0.5.23   # a subset
+
+Each release is installed once beside the base environment (``tools/with-sglang``), the suite runs
+with a JUnit report, and the results are folded into ``tests/compat/MATRIX.md`` (release x area ->
+pass / fail / n/a) plus ``tests/compat/matrix.json``. The README's support statement is rewritten
+from the table. Releases newer than the newest supported one that PyPI offers are listed as
+"untested".
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT_DIR = ROOT / "tests" / "compat"
+SUPPORTED = [f"0.5.{n}" for n in range(11, 24)]
+
+#: Matrix column -> test paths (prefixes of pytest node ids) that make it up.
+AREAS: dict[str, tuple[str, ...]] = {
+    "discovery": ("tests/test_discovery.py", "tests/test_registration.py", "tests/plugin/"),
+    "CLI": ("tests/fixes/test_attention_backend.py", "tests/test_launch.py",
+            "tests/test_doctor.py", "tests/test_switches.py"),
+    "parity": ("tests/fixes/test_parity",),
+    "buffer pool": ("tests/backend/",),
+    "reduce-scatter": ("tests/fixes/test_reduce_scatter",),
+    "faults": ("tests/test_faults",),
+}
+
+
+def _run_release(version: str, junit: Path) -> tuple[int, float]:
+    start = time.monotonic()
+    cmd = ["bash", str(ROOT / "tools" / "with-sglang"), version, sys.executable, "-m", "pytest",
+           "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", str(ROOT / "tests")]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    tail = "\n".join(proc.stdout.splitlines()[-3:])
+    print(f"  sglang {version}: exit {proc.returncode}; {tail.strip()}", flush=True)
+    return proc.returncode, time.monotonic() - start
+
+
+def _verdict(version: str) -> str:
+    cmd = ["bash", str(ROOT / "tools" / "with-sglang"), version, sys.executable, "-m",
+           "sglang_aiter_plugin", "doctor", "--json"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    try:
+        checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+        return str(checks["fix reduce-scatter-tms"]["summary"]).split(":")[0]
+    except Exception:
+        return "doctor failed"
+
+
+def _cases(junit: Path) -> list[tuple[str, str]]:
+    """(test path, outcome) for each test case in a JUnit report."""
+    cases = []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        path = case.get("classname", "").replace(".", "/")
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = "failed"
+            elif child.tag == "skipped":
+                outcome = "xfailed" if child.get("type") == "pytest.xfail" else "skipped"
+        cases.append((path, outcome))
+    return cases
+
+
+def _cell(cases: list[tuple[str, str]], prefixes: tuple[str, ...]) -> str:
+    mine = [o for p, o in cases if any((p + ".py").startswith(x) or p.startswith(x.rstrip("/"))
+                                         for x in prefixes)]
+    if not mine:
+        return "no tests"
+    if "failed" in mine:
+        return f"FAIL ({mine.count('failed')})"
+    ran = [o for o in mine if o in ("passed", "xfailed")]
+    if not ran:
+        return "n/a (skipped)"
+    return f"pass ({len(ran)})"
+
+
+def _newer_on_pypi() -> list[str]:
+    proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "sglang"],
+                          capture_output=True, text=True)
+    match = re.search(r"Available versions: (.*)", proc.stdout)
+    if not match:
+        return []
+    newest = Version(SUPPORTED[-1])
+    found = {Version(v.strip()) for v in match.group(1).split(",") if v.strip()}
+    return [str(v) for v in sorted(found) if v > newest and not v.is_prerelease]
+
+
+def _write(rows: list[dict[str, str]], newer: list[str], command: str) -> None:
+    cols = ["release", *AREAS, "reduce-scatter verdict", "suite", "minutes"]
+    lines = [
+        "# Compatibility matrix",
+        "",
+        f"Generated {dt.date.today().isoformat()} by `{command}` on a CPU machine "
+        f"(Python {sys.version.split()[0]}), each release installed from PyPI with `--no-deps`.",
+        "`pass (n)`: n tests ran and passed (expected failures that document upstream gaps count",
+        "as run); `n/a (skipped)`: every test of the area skipped because the release lacks the",
+        "path (e.g. no `_maybe_aiter_reduce_scatter` before 0.5.15).",
+        "",
+        "| " + " | ".join(cols) + " |",
+        "| " + " | ".join("---" for _ in cols) + " |",
+    ]
+    lines += ["| " + " | ".join(row[c] for c in cols) + " |" for row in rows]
+    if newer:
+        lines += ["", "Newer releases on PyPI, **untested** (`doctor` warns on them): "
+                  + ", ".join(newer)]
+    (OUT_DIR / "MATRIX.md").write_text("\n".join(lines) + "\n")
+    (OUT_DIR / "matrix.json").write_text(json.dumps({"rows": rows, "untested": newer}, indent=2))
+    _write_support_statement(rows, newer)
+
+
+def _write_support_statement(rows: list[dict[str, str]], newer: list[str]) -> None:
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    start, end = "<!-- support:start -->", "<!-- support:end -->"
+    if start not in text or end not in text:
+        return
+    ok = [r["release"] for r in rows if r["suite"] == "pass"]
+    bad = [r["release"] for r in rows if r["suite"] != "pass"]
+    body = (f"Supported and tested: sglang {', '.join(ok) or 'none'}"
+            + (f"; failing: {', '.join(bad)}" if bad else "")
+            + (f". Untested newer releases: {', '.join(newer)}" if newer else "")
+            + ". Details per area: [tests/compat/MATRIX.md](tests/compat/MATRIX.md).")
+    before, rest = text.split(start, 1)
+    _, after = rest.split(end, 1)
+    readme.write_text(f"{before}{start}\n{body}\n{end}{after}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("releases", nargs="*", default=SUPPORTED)
+    args = parser.parse_args(argv)
+    command = "python tests/compat/matrix.py" + (
+        " " + " ".join(args.releases) if args.releases != SUPPORTED else "")
+    previous: dict[str, dict[str, str]] = {}
+    if (OUT_DIR / "matrix.json").exists():
+        saved = json.loads((OUT_DIR / "matrix.json").read_text())
+        previous = {r["release"]: r for r in saved["rows"]}
+    reports = ROOT / ".sglang-releases" / "junit"
+    reports.mkdir(parents=True, exist_ok=True)
+    for version in args.releases:
+        print(f"sglang {version}", flush=True)
+        junit = reports / f"{version}.xml"
+        code, seconds = _run_release(version, junit)
+        cases = _cases(junit) if junit.exists() else []
+        row = {"release": version, **{a: _cell(cases, p) for a, p in AREAS.items()}}
+        row["reduce-scatter verdict"] = _verdict(version)
+        row["suite"] = "pass" if code == 0 else "FAIL"
+        row["minutes"] = f"{seconds / 60:.1f}"
+        previous[version] = row
+    rows = [previous[v] for v in sorted(previous, key=Version)]
+    _write(rows, _newer_on_pypi(), command)
+    print(f"wrote {OUT_DIR / 'MATRIX.md'}")
+    return 0 if all(r["suite"] == "pass" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

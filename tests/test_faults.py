@@ -1,0 +1,161 @@
+"""The plugin never takes sglang down: broken fixes, platform switches, re-entrancy."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.subproc import run_python
+
+
+@pytest.fixture
+def broken_fix_dist(tmp_path: Path) -> Path:
+    """An installed-style distribution whose fix raises in its probe."""
+    (tmp_path / "exploding_fix.py").write_text(textwrap.dedent("""
+        from sglang_aiter_plugin.plugin import hookimpl
+
+        @hookimpl
+        def aiter_ext_apply_fix(context):
+            raise ValueError("probe found a flux capacitor")
+    """))
+    info = tmp_path / "exploding_fix-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: exploding-fix\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[sglang_aiter_plugin.fixes]\nexploding = exploding_fix\n"
+    )
+    return tmp_path
+
+
+def test_a_raising_fix_leaves_sglang_and_the_other_fixes_working(broken_fix_dist: Path) -> None:
+    code = """
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang.srt.server_args import prepare_server_args
+args = prepare_server_args(["--model-path", "dummy", "--attention-backend", "aiter-ext"])
+from sglang_aiter_plugin._registration import last_statuses
+print("RESULT " + json.dumps({s.name: [s.state.value, s.detail] for s in last_statuses()}))
+"""
+    result = run_python(code, env={"PYTHONPATH": _pythonpath(broken_fix_dist)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    statuses = result.data
+    assert statuses["exploding"] == ["failed", "ValueError: probe found a flux capacitor"]
+    assert statuses["attention-backend"][0] == "applied"
+    assert "fix exploding failed: ValueError: probe found a flux capacitor" in result.stderr
+
+
+def test_doctor_shows_the_failed_fix_and_exits_non_zero(broken_fix_dist: Path) -> None:
+    exe = shutil.which("sglang-aiter-plugin", path=os.path.dirname(sys.executable))
+    assert exe
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    env["PYTHONPATH"] = _pythonpath(broken_fix_dist)
+    proc = subprocess.run([exe, "doctor", "--json"], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 1
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert checks["fix exploding"]["level"] == "FAIL"
+    assert "probe found a flux capacitor" in checks["fix exploding"]["summary"]
+    assert checks["fix attention-backend"]["level"] == "ok"
+
+
+def _pythonpath(extra: Path) -> str:
+    current = os.environ.get("PYTHONPATH")
+    return f"{current}:{extra}" if current else str(extra)
+
+
+@pytest.fixture
+def platform_dists(tmp_path: Path) -> Path:
+    """Two out-of-tree platform distributions; the second also ships a general plugin."""
+    general = "\n[sglang.srt.plugins]\nb_general = plat_b:f\n"
+    for name, extra in (("plat_a", ""), ("plat_b", general)):
+        # activate() names the base platform class: a real, if featureless, platform
+        (tmp_path / f"{name}.py").write_text(
+            "def f():\n    return 'sglang.srt.platforms.interface.SRTPlatform'\n"
+        )
+        info = tmp_path / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(
+            f"[sglang.srt.platforms]\n{name} = {name}:f\n{extra}"
+        )
+    return tmp_path
+
+
+def test_sglang_platform_selection_excludes_other_platforms_but_never_this_plugin(
+    platform_dists: Path,
+) -> None:
+    code = """
+from sglang.srt import plugins
+excluded = plugins._get_excluded_dists()
+loaded = plugins.load_plugins_by_group(plugins.GENERAL_PLUGINS_GROUP, excluded_dists=excluded)
+print("RESULT " + json.dumps({"excluded": sorted(excluded), "loaded": sorted(loaded)}))
+"""
+    env = {"PYTHONPATH": _pythonpath(platform_dists), "SGLANG_PLATFORM": "plat_a"}
+    data = run_python(code, env=env).data
+    assert data["excluded"] == ["plat_b"]  # sglang's exclusion works here ...
+    assert "b_general" not in data["loaded"]
+    assert "aiter_ext" in data["loaded"]  # ... and never hits a plugin without a platform
+
+
+REENTRANT = """
+import multiprocessing as mp
+
+def layers():
+    from sglang.srt.distributed.parallel_state import GroupCoordinator
+    fn = GroupCoordinator.__dict__.get("_maybe_aiter_reduce_scatter")
+    n = 0
+    while fn is not None and hasattr(fn, "__wrapped__"):
+        n += 1
+        fn = fn.__wrapped__
+    return n
+
+def state():
+    from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES
+    from sglang_aiter_plugin._registration import last_statuses
+    rs = {s.name: s.state.value for s in last_statuses()}["reduce-scatter-tms"]
+    return {"layers": layers(), "choices": ATTENTION_BACKEND_CHOICES.count("aiter-ext"), "rs": rs}
+
+def child(q):
+    import sys
+    sys.modules.setdefault("aiter", None)
+    from sglang.srt.plugins import load_plugins
+    load_plugins()
+    import sglang_aiter_plugin
+    sglang_aiter_plugin.register()
+    load_plugins()
+    q.put(state())
+
+if __name__ == "__main__":
+    from sglang.srt.plugins import HookRegistry, load_plugins
+    load_plugins()
+    import sglang_aiter_plugin
+    sglang_aiter_plugin.register(); sglang_aiter_plugin.register()
+    HookRegistry.apply_hooks()
+    parent = state()
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=child, args=(q,))
+    p.start()
+    got = q.get(timeout=600)
+    p.join()
+    print("RESULT " + json.dumps({"parent": parent, "child": got}))
+"""
+
+
+def test_reentrant_loading_never_double_wraps(tmp_path: Path) -> None:
+    script = tmp_path / "reentrant.py"
+    script.write_text("import sys, json\nsys.modules.setdefault('aiter', None)\n" + REENTRANT)
+    result = run_python(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for side in ("parent", "child"):
+        got = result.data[side]
+        assert got["choices"] == 1
+        expected_layers = 1 if got["rs"] == "applied" else 0
+        assert got["layers"] == expected_layers, got

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -21,22 +22,22 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-# sglang derives the tokenizer, scheduler, detokenizer and NCCL ports from the base port.
-DERIVED_PORT_SPAN = 32
+# The ports sglang derives from the base port: the next few (tokenizer, scheduler, detokenizer,
+# NCCL), base + 233 onwards (ZMQ over TCP) and base + 10000 (gRPC, which must stay <= 65535).
+DERIVED_OFFSETS = (*range(0, 8), *range(233, 241), 10000)
 
 
 def _free_base_port() -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = int(s.getsockname()[1])
-        if base + DERIVED_PORT_SPAN < 65535 and all(_is_free(p) for p in _ports(base)):
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 50000)
+        if all(_is_free(p) for p in _ports(base)):
             return base
     raise RuntimeError("no free port range for the launch test")
 
 
-def _ports(base: int) -> range:
-    return range(base, base + DERIVED_PORT_SPAN)
+def _ports(base: int) -> list[int]:
+    return [base + offset for offset in DERIVED_OFFSETS]
 
 
 def _is_free(port: int) -> bool:

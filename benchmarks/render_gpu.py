@@ -1,0 +1,1 @@
+"""GPU benchmark sections (filled in with the GPU benchmarks)."""

@@ -74,7 +74,6 @@ def worker(mode: str, rank: int, world: int) -> list[dict[str, Any]]:
     sys.modules["aiter"] = None  # type: ignore[assignment]
     _make_discoverable()
     import torch
-
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
@@ -104,7 +103,7 @@ def worker(mode: str, rank: int, world: int) -> list[dict[str, Any]]:
         coordinator.ca_comm, coordinator.world_size = comm, world
 
         def call(out: Any, inp: Any, coordinator: Any = coordinator) -> None:
-            if unhooked:
+            if unhooked:  # noqa: B023 (called within this iteration only)
                 assert raw(coordinator, out, inp) is True
             else:
                 coordinator.reduce_scatter_tensor(out, inp)
@@ -117,7 +116,7 @@ def worker(mode: str, rank: int, world: int) -> list[dict[str, Any]]:
             torch.manual_seed(step)
             values = torch.randn((world * ROWS, COLS), device=device)
             base.copy_(values)
-            return values.view(world, ROWS, COLS)[rank] * scale
+            return values.view(world, ROWS, COLS)[rank] * scale  # noqa: B023 (same iteration)
 
         expected = fill(0)
         call(out, base * (rank + 1))
@@ -196,10 +195,13 @@ def main() -> int:
             failed += 1
         for r in results:
             failed += not r["ok"]
-            print(f"   rank {r['rank']} {r['case']:<32} captured registered={r['captured_registered']}"
-                  f" (want [{r['expected_registered']}]) eager={r['eager_registered']} "
-                  f"warm-up zeroed={r['warmup_zeroed']} replay max err={r['replay_max_err']:.2e} "
-                  f"IPC export rc={r['ipc_export_rc']} -> {'ok' if r['ok'] else 'FAIL'}")
+            verdict = "ok" if r["ok"] else "FAIL"
+            print(f"   rank {r['rank']} {r['case']:<32} "
+                  f"captured registered={r['captured_registered']} "
+                  f"(want [{r['expected_registered']}]) eager={r['eager_registered']} "
+                  f"warm-up zeroed={r['warmup_zeroed']} "
+                  f"replay max err={r['replay_max_err']:.2e} "
+                  f"IPC export rc={r['ipc_export_rc']} -> {verdict}")
     print(f"\n{'all cases ok' if not failed else f'{failed} case(s) failed'}")
     return 1 if failed else 0
 

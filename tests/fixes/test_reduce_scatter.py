@@ -67,7 +67,7 @@ def call(method, branch, tms, flag):
     return {"handled": handled, "registered": comm.registered, "out": out[0, 0].item()}
 
 cases = {}
-for branch, tms, flag in itertools.product(%(branches)r, (False, True), %(flags)r):
+for branch, tms, flag in itertools.product(BRANCHES, (False, True), FLAGS):
     key = f"{branch}|{tms}|{flag}"
     cases[key] = {
         "hooked": call(lambda c, o, i: c._maybe_aiter_reduce_scatter(o, i), branch, tms, flag),
@@ -79,7 +79,7 @@ print("RESULT " + json.dumps({
     "hooks": len(HookRegistry._hooks.get(TARGET, [])),
     "cases": cases,
 }))
-""" % {"branches": BRANCHES, "flags": FLAGS}
+""".replace("BRANCHES", repr(BRANCHES)).replace("FLAGS", repr(FLAGS))
 
 _runs: dict[bool, Any] = {}
 
@@ -137,8 +137,8 @@ def test_verdict_and_a_single_layer(has_method, sglang_version: Version) -> None
     state, detail = data["status"]
     ignored = set(Switch) - honoured_upstream(sglang_version)
     assert state == "applied"
-    assert f"registers during capture despite {', '.join(s.value for s in Switch if s in ignored)};" \
-        in detail
+    names = ", ".join(s.value for s in Switch if s in ignored)
+    assert f"registers during capture despite {names};" in detail
     assert data["layers"] == 1 and data["hooks"] == 1
 
 
@@ -153,9 +153,8 @@ def test_release_without_the_method_is_skipped_and_untouched(plugins_loaded,  # 
 
     status = {s.name: s for s in last_statuses() or []}["reduce-scatter-tms"]
     assert status.state.value == "skipped"
-    assert status.detail == (f"sglang {sglang_version} has no "
-                             "GroupCoordinator._maybe_aiter_reduce_scatter: no AITER reduce-scatter "
-                             "path to fix")
+    assert status.detail == (f"sglang {sglang_version} has no GroupCoordinator."
+                             "_maybe_aiter_reduce_scatter: no AITER reduce-scatter path to fix")
     assert TARGET not in HookRegistry._hooks and current_plan() is None
 
 

@@ -28,7 +28,8 @@ def envs():  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"), [("1", True), ("0", False), ("true", False), (" 1", False), (None, False)]
+    ("value", "expected"),
+    [("1", True), ("0", False), ("true", False), (" 1", False), (None, False)],
 )
 def test_copy_in_follows_sglangs_rule(envs, value: str | None, expected: bool) -> None:  # type: ignore[no-untyped-def]
     environ = {} if value is None else {"SGLANG_AITER_CAPTURE_COPY_IN": value}

@@ -98,15 +98,20 @@ _plan: Plan | None = None
 _lock = threading.Lock()
 
 
-def around_reduce_scatter(original: Callable[..., Any], coordinator: Any, *args: Any,
-                          **kwargs: Any) -> Any:
-    """sglang AROUND hook: ``original(coordinator, output, input)``, unregistered if needed."""
+def around_reduce_scatter(original: Callable[..., Any], coordinator: Any, output: Any,
+                          input: Any) -> Any:
+    """sglang AROUND hook: ``original(coordinator, output, input)``, unregistered if needed.
+
+    The parameters are named like sglang's method's, so keyword calls keep working; the fixed
+    signature (no ``*args``/``**kwargs`` repacking) keeps the eager path to one attribute read
+    and one branch: it costs what a do-nothing AROUND hook costs.
+    """
     if not getattr(coordinator.ca_comm, "_IS_CAPTURING", False):
-        return original(coordinator, *args, **kwargs)
+        return original(coordinator, output, input)
     plan = _plan
     if plan is None or not plan.unregistered(coordinator.ca_comm):
-        return original(coordinator, *args, **kwargs)
-    return original(_CoordinatorView(coordinator), *args, **kwargs)
+        return original(coordinator, output, input)
+    return original(_CoordinatorView(coordinator), output, input)
 
 
 def current_plan() -> Plan | None:

@@ -68,3 +68,26 @@ def test_registration_is_one_around_hook(plugins_loaded, sglang_version: Version
     assert install(plan) is False and install(plan) is False
     hooks = HookRegistry._hooks[TARGET]
     assert [(kind, hook) for kind, hook, *_ in hooks] == [(HookType.AROUND, around_reduce_scatter)]
+
+
+@pytest.mark.parametrize("keywords", [False, True], ids=["positional", "keywords"])
+def test_hooked_method_accepts_sglangs_parameter_names(plugins_loaded, monkeypatch,  # type: ignore[no-untyped-def]
+                                                       sglang_version: Version,
+                                                       keywords: bool) -> None:
+    if sglang_version < FIRST_WITH_METHOD:
+        pytest.skip(f"sglang {sglang_version} has no target to hook (0.5.15+)")
+    import torch
+    from sglang.srt.distributed import parallel_state
+
+    monkeypatch.setattr(parallel_state, "is_hip", lambda: True)  # ROCm cannot exist here
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setenv("SGLANG_DP_USE_REDUCE_SCATTER", "1")
+    communicator = RecordingCommunicator(capturing=True, register_flag=False)
+    coordinator = object.__new__(parallel_state.GroupCoordinator)
+    coordinator.ca_comm, coordinator.world_size = communicator, 2
+    out, inp = torch.zeros((1, 8)), torch.ones((2, 8))
+    if keywords:
+        handled = coordinator._maybe_aiter_reduce_scatter(output=out, input=inp)
+    else:
+        handled = coordinator._maybe_aiter_reduce_scatter(out, inp)
+    assert handled is True and communicator.registered == [False]

@@ -28,13 +28,14 @@ def _header(data: dict[str, Any]) -> list[str]:
 
 
 def _fmt(s: dict[str, float], unit: str, digits: int = 1) -> str:
-    return (f"{s['median']:.{digits}f} {unit} (IQR {s['q1']:.{digits}f}–{s['q3']:.{digits}f}, "
+    return (f"{s['median']:.{digits}f} {unit} (IQR {s['q1']:.{digits}f} to {s['q3']:.{digits}f}, "
             f"n={int(s['n'])})")
 
 
 def _startup(data: dict[str, Any], _: Path) -> list[str]:
     lines = ["## Start-up cost on CPU", "", *_header(data)]
-    lines += ["| variant | wall time of `load_plugins()` process | peak RSS |", "| --- | --- | --- |"]
+    lines += ["| variant | wall time of `load_plugins()` process | peak RSS |",
+              "| --- | --- | --- |"]
     for variant, wall in data["wall_ms"].items():
         lines.append(f"| {variant} | {_fmt(wall, 'ms')} | "
                      f"{_fmt(data['peak_rss_mib'][variant], 'MiB')} |")

@@ -32,7 +32,13 @@ from __future__ import annotations
 
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.fixes.reduce_scatter_hook import install, plan_for
-from sglang_aiter_plugin.fixes.reduce_scatter_probe import METHOD, ProbeError, probe
+from sglang_aiter_plugin.fixes.reduce_scatter_probe import (
+    METHOD,
+    PARAMETERS,
+    ProbeError,
+    probe,
+    signature_of,
+)
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
@@ -57,6 +63,11 @@ def aiter_ext_apply_fix(context: FixContext) -> FixStatus:
         return FixStatus(NAME, FixState.SKIPPED,
                          f"{where} has no GroupCoordinator.{METHOD}: no AITER reduce-scatter "
                          "path to fix")
+    params = signature_of(coordinator)
+    if params != PARAMETERS:
+        return FixStatus(NAME, FixState.SKIPPED,
+                         f"{where} changed GroupCoordinator.{METHOD} to ({', '.join(params)}); "
+                         f"the fix knows ({', '.join(PARAMETERS)}), so it leaves sglang unchanged")
     try:
         result = probe(coordinator)
     except ProbeError as exc:

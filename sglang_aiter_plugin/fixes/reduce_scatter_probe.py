@@ -24,9 +24,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["METHOD", "ProbeError", "ProbeResult", "Switch", "probe"]
+__all__ = ["METHOD", "PARAMETERS", "ProbeError", "ProbeResult", "Switch", "probe", "signature_of"]
 
 METHOD = "_maybe_aiter_reduce_scatter"
+PARAMETERS = ("self", "output", "input")
+"""The method's parameters in every release that has it (0.5.15-0.5.23); the hook relies on them."""
 _WORLD_SIZE = 2
 _DP_REDUCE_SCATTER = "SGLANG_DP_USE_REDUCE_SCATTER"
 
@@ -167,6 +169,12 @@ def _registered_during_capture(cls: type, method: Callable[..., Any], *, tms: bo
             f"called reduce_scatter {len(communicator.registered)} time(s) (expected True, once)"
         )
     return communicator.registered[0]
+
+
+def signature_of(cls: type) -> tuple[str, ...]:
+    """Parameter names of the installed method, below any hook."""
+    method = inspect.unwrap(inspect.getattr_static(cls, METHOD))
+    return tuple(inspect.signature(method).parameters)
 
 
 def probe(cls: type) -> ProbeResult:

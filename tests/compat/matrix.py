@@ -40,10 +40,10 @@ AREAS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _run_release(version: str, junit: Path) -> tuple[int, float]:
+def _run_release(version: str, junit: Path, tests: list[str]) -> tuple[int, float]:
     start = time.monotonic()
     cmd = ["bash", str(ROOT / "tools" / "with-sglang"), version, sys.executable, "-m", "pytest",
-           "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", str(ROOT / "tests")]
+           "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *tests]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     tail = "\n".join(proc.stdout.splitlines()[-3:])
     print(f"  sglang {version}: exit {proc.returncode}; {tail.strip()}", flush=True)
@@ -89,6 +89,12 @@ def _cell(cases: list[tuple[str, str]], prefixes: tuple[str, ...]) -> str:
     return f"pass ({len(ran)})"
 
 
+def _commit() -> str:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True)
+    return proc.stdout.strip() or "?"
+
+
 def _newer_on_pypi() -> list[str]:
     proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "sglang"],
                           capture_output=True, text=True)
@@ -101,7 +107,7 @@ def _newer_on_pypi() -> list[str]:
 
 
 def _write(rows: list[dict[str, str]], newer: list[str], command: str) -> None:
-    cols = ["release", *AREAS, "reduce-scatter verdict", "suite", "minutes"]
+    cols = ["release", *AREAS, "reduce-scatter verdict", "suite", "minutes", "commit"]
     lines = [
         "# Compatibility matrix",
         "",
@@ -114,7 +120,7 @@ def _write(rows: list[dict[str, str]], newer: list[str], command: str) -> None:
         "| " + " | ".join(cols) + " |",
         "| " + " | ".join("---" for _ in cols) + " |",
     ]
-    lines += ["| " + " | ".join(row[c] for c in cols) + " |" for row in rows]
+    lines += ["| " + " | ".join(row.get(c, "-") for c in cols) + " |" for row in rows]
     if newer:
         lines += ["", "Newer releases on PyPI, **untested** (`doctor` warns on them): "
                   + ", ".join(newer)]
@@ -143,6 +149,8 @@ def _write_support_statement(rows: list[dict[str, str]], newer: list[str]) -> No
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("releases", nargs="*", default=SUPPORTED)
+    parser.add_argument("--tests", nargs="+", default=["tests"], metavar="PATH",
+                        help="run only these test paths; only the areas they cover are updated")
     args = parser.parse_args(argv)
     command = "python tests/compat/matrix.py" + (
         " " + " ".join(args.releases) if args.releases != SUPPORTED else "")
@@ -155,12 +163,19 @@ def main(argv: list[str] | None = None) -> int:
     for version in args.releases:
         print(f"sglang {version}", flush=True)
         junit = reports / f"{version}.xml"
-        code, seconds = _run_release(version, junit)
+        code, seconds = _run_release(version, junit, args.tests)
         cases = _cases(junit) if junit.exists() else []
-        row = {"release": version, **{a: _cell(cases, p) for a, p in AREAS.items()}}
+        row = dict(previous.get(version, {"release": version}))
+        for area, prefixes in AREAS.items():
+            cell = _cell(cases, prefixes)
+            if cell != "no tests" or args.tests == ["tests"] or area not in row:
+                row[area] = cell
         row["reduce-scatter verdict"] = _verdict(version)
-        row["suite"] = "pass" if code == 0 else "FAIL"
-        row["minutes"] = f"{seconds / 60:.1f}"
+        row["suite"] = "pass" if all(not str(row[a]).startswith("FAIL") for a in AREAS) and (
+            code == 0 or args.tests != ["tests"]) else "FAIL"
+        row["minutes"] = f"{seconds / 60:.1f}" if args.tests == ["tests"] else row.get(
+            "minutes", "-")
+        row["commit"] = _commit()
         previous[version] = row
     rows = [previous[v] for v in sorted(previous, key=Version)]
     _write(rows, _newer_on_pypi(), command)

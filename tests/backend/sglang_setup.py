@@ -1,0 +1,138 @@
+"""sglang configured as in a scheduler process: real parser, real publication, real capture sizes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+__all__ = ["SCENARIOS", "Scenario", "Setup", "configure", "write_model_dir"]
+
+POOL = 33
+"""Request-pool size P: odd, so both alignments (2 and attn_tp_size 2) pad the graph max_bs."""
+
+CAPTURE_LIST = ("1", "2", "4", "8", "16", "24", "32", "48", "64")
+"""Decode graph sizes asked for; sglang filters them by the alignment and adds the padded P."""
+
+_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "num_hidden_layers": 2,
+    "max_position_embeddings": 2048,
+    "vocab_size": 1024,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+}
+
+
+def write_model_dir(root: Path) -> Path:
+    """A config-only model directory (no weights): enough for sglang's ``ModelConfig``."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps(_LLAMA))
+    return root
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    new_flags: tuple[str, ...]
+    """Flags for 0.5.17+ (``--attn-dp-size``)."""
+    old_flags: tuple[str, ...]
+    """Flags for older releases (``--dp-size`` with ``--enable-dp-attention``)."""
+    attn_tp_size: int
+
+
+SCENARIOS = {
+    "two-batch-overlap": Scenario(
+        "two-batch-overlap", ("--enable-two-batch-overlap",), ("--enable-two-batch-overlap",), 1
+    ),
+    "dp-attention": Scenario(
+        "dp-attention",
+        ("--tp", "4", "--attn-dp-size", "2"),
+        ("--tp", "4", "--dp-size", "2", "--enable-dp-attention"),
+        2,
+    ),
+    "plain": Scenario("plain", (), (), 1),
+}
+
+
+@dataclass
+class Setup:
+    server_args: Any
+    runner: Any
+    capture_bs: list[int]
+
+    @property
+    def max_bs(self) -> int:
+        return max(self.capture_bs)
+
+
+def _sglang_version() -> Version:
+    from sglang_aiter_plugin._sglang import installed_sglang_version
+
+    v = installed_sglang_version()
+    assert v is not None
+    return Version(v.base_version)
+
+
+def configure(model_dir: Path, scenario: Scenario, extra: tuple[str, ...] = ()) -> Setup:
+    """Parse, publish and size as a scheduler would; return the runner double and capture sizes."""
+    from sglang.srt.server_args import prepare_server_args
+
+    from tests.doubles.model_runner import build_model_runner
+
+    new = _sglang_version() >= Version("0.5.17")
+    flags = scenario.new_flags if new else scenario.old_flags
+    argv = [
+        "--model-path",
+        str(model_dir),
+        "--attention-backend",
+        "aiter",
+        "--cuda-graph-bs-decode" if _sglang_version() >= Version("0.5.15") else "--cuda-graph-bs",
+        *CAPTURE_LIST,
+        "--skip-server-warmup",
+        "--device",
+        "cpu",
+        *flags,
+        *extra,
+    ]
+    server_args = prepare_server_args(argv)
+    _publish(server_args, scenario, new)
+    runner = build_model_runner(server_args, POOL)
+    return Setup(server_args, runner, _capture_bs(runner))
+
+
+def _publish(server_args: Any, scenario: Scenario, new: bool) -> None:
+    from sglang.srt import runtime_context
+
+    if new:
+        runtime_context.publish(server_args, role="scheduler")
+    else:
+        from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+        set_global_server_args_for_scheduler(server_args)
+    runtime_context.get_parallel().override(
+        attn_tp_size=scenario.attn_tp_size,
+        attn_tp_rank=0,
+        attn_cp_size=1,
+        attn_dp_size=2 if scenario.attn_tp_size > 1 else 1,
+    )
+
+
+def _capture_bs(runner: Any) -> list[int]:
+    try:
+        from sglang.srt.model_executor.runner.base_cuda_graph_runner import (
+            get_batch_sizes_to_capture,
+        )
+    except ImportError:  # 0.5.13 and older
+        from sglang.srt.model_executor.cuda_graph_runner import get_batch_sizes_to_capture
+    capture_bs, _ = get_batch_sizes_to_capture(runner)
+    return list(capture_bs)

@@ -22,4 +22,6 @@ _first = pluggy.HookimplMarker(NAME)(tryfirst=True)
 
 @_first
 def aiter_ext_pool_resized(event: PoolResize) -> None:
-    event.pool.repoint()
+    repoint = getattr(event.pool, "repoint", None)  # a BufferPool; others are not ours to touch
+    if callable(repoint):
+        repoint()

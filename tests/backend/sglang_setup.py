@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,7 @@ class Setup:
     server_args: Any
     runner: Any
     capture_bs: list[int]
+    scope: contextlib.ExitStack
 
     @property
     def max_bs(self) -> int:
@@ -105,12 +107,13 @@ def configure(model_dir: Path, scenario: Scenario, extra: tuple[str, ...] = ()) 
         *extra,
     ]
     server_args = prepare_server_args(argv)
-    _publish(server_args, scenario, new)
+    scope = contextlib.ExitStack()
+    _publish(server_args, scenario, new, scope)
     runner = build_model_runner(server_args, POOL)
-    return Setup(server_args, runner, _capture_bs(runner))
+    return Setup(server_args, runner, _capture_bs(runner), scope)
 
 
-def _publish(server_args: Any, scenario: Scenario, new: bool) -> None:
+def _publish(server_args: Any, scenario: Scenario, new: bool, scope: contextlib.ExitStack) -> None:
     from sglang.srt import runtime_context
 
     if new:
@@ -119,11 +122,14 @@ def _publish(server_args: Any, scenario: Scenario, new: bool) -> None:
         from sglang.srt.server_args import set_global_server_args_for_scheduler
 
         set_global_server_args_for_scheduler(server_args)
-    runtime_context.get_parallel().override(
-        attn_tp_size=scenario.attn_tp_size,
-        attn_tp_rank=0,
-        attn_cp_size=1,
-        attn_dp_size=2 if scenario.attn_tp_size > 1 else 1,
+    # No distributed groups exist here: say what a rank of this configuration would see.
+    scope.enter_context(
+        runtime_context.get_parallel().override(
+            attn_tp_size=scenario.attn_tp_size,
+            attn_tp_rank=0,
+            attn_cp_size=1,
+            attn_dp_size=2 if scenario.attn_tp_size > 1 else 1,
+        )
     )
 
 

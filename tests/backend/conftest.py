@@ -1,0 +1,23 @@
+"""Backends built through sglang's own configuration, one scenario at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.backend.sglang_setup import SCENARIOS, Setup, configure, write_model_dir
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_model_dir(tmp_path_factory.mktemp("model") / "tiny-llama")
+
+
+@pytest.fixture
+def sglang_setup(request: pytest.FixtureRequest, model_dir: Path) -> Iterator[Setup]:
+    """``request.param``: a scenario name from :data:`SCENARIOS`."""
+    setup = configure(model_dir, SCENARIOS[request.param])
+    with setup.scope:
+        yield setup

@@ -1,4 +1,4 @@
-"""sglang configured as in a scheduler process: real parser, real publication, real capture sizes."""
+"""sglang configured as in a scheduler: real parser, real publication, real capture sizes."""
 
 from __future__ import annotations
 
@@ -114,8 +114,12 @@ def configure(model_dir: Path, scenario: Scenario, extra: tuple[str, ...] = ()) 
 
 
 def _publish(server_args: Any, scenario: Scenario, new: bool, scope: contextlib.ExitStack) -> None:
-    from sglang.srt import runtime_context
-
+    """Publish ``server_args`` and the parallel sizes one rank of ``scenario`` would see."""
+    try:
+        from sglang.srt import runtime_context
+    except ImportError:  # 0.5.11-0.5.13: module globals of dp_attention, no runtime context
+        _publish_legacy(server_args, scenario, scope)
+        return
     if new:
         runtime_context.publish(server_args, role="scheduler")
     else:
@@ -131,6 +135,21 @@ def _publish(server_args: Any, scenario: Scenario, new: bool, scope: contextlib.
             attn_dp_size=2 if scenario.attn_tp_size > 1 else 1,
         )
     )
+
+
+def _publish_legacy(server_args: Any, scenario: Scenario, scope: contextlib.ExitStack) -> None:
+    from unittest import mock
+
+    from sglang.srt.layers import dp_attention
+    from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+    set_global_server_args_for_scheduler(server_args)
+    sizes = {
+        "get_attn_tensor_model_parallel_world_size": scenario.attn_tp_size,
+        "get_attn_context_model_parallel_world_size": 1,
+    }
+    for name, size in sizes.items():
+        scope.enter_context(mock.patch.object(dp_attention, name, lambda size=size: size))
 
 
 def _capture_bs(runner: Any) -> list[int]:

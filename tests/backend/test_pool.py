@@ -53,7 +53,7 @@ def make_pool(capacity: int = 3) -> tuple[BufferPool, SimpleNamespace, SimpleNam
 
 
 def test_buffers_are_sized_in_rows_with_their_fill_and_dtype() -> None:
-    pool, owner, _ = make_pool(3)
+    _pool, owner, _ = make_pool(3)
     assert owner.kv_indptr.tolist() == [0, 0, 0, 0]
     assert owner.kv_last_page_len.tolist() == [1, 1, 1]
     assert owner.unified.tolist() == [0, 1, 2, 3]
@@ -131,7 +131,7 @@ def test_adopts_tensors_that_fit_and_replaces_those_that_do_not() -> None:
     wrong_dtype = torch.zeros(4, dtype=torch.int64)
     pool = BufferPool(
         SimpleNamespace(),
-        SPECS[:1] + [BufferSpec("qo", torch.int32, Fill.ZEROS, extra=1)],
+        [*SPECS[:1], BufferSpec("qo", torch.int32, Fill.ZEROS, extra=1)],
         3,
         "cpu",
         adopt={"kv_indptr": fits, "qo": wrong_dtype},

@@ -85,7 +85,14 @@ def _sglang_version() -> Version:
     return Version(v.base_version)
 
 
-def configure(model_dir: Path, scenario: Scenario, extra: tuple[str, ...] = ()) -> Setup:
+def configure(
+    model_dir: Path,
+    scenario: Scenario,
+    extra: tuple[str, ...] = (),
+    *,
+    device: str = "cpu",
+    pool: int = POOL,
+) -> Setup:
     """Parse, publish and size as a scheduler would; return the runner double and capture sizes."""
     from sglang.srt.server_args import prepare_server_args
 
@@ -102,14 +109,14 @@ def configure(model_dir: Path, scenario: Scenario, extra: tuple[str, ...] = ()) 
         *CAPTURE_LIST,
         "--skip-server-warmup",
         "--device",
-        "cpu",
+        device,
         *flags,
         *extra,
     ]
     server_args = prepare_server_args(argv)
     scope = contextlib.ExitStack()
     _publish(server_args, scenario, new, scope)
-    runner = build_model_runner(server_args, POOL)
+    runner = build_model_runner(server_args, pool, device)
     return Setup(server_args, runner, _capture_bs(runner), scope)
 
 

@@ -34,10 +34,38 @@ _LLAMA = {
 }
 
 
-def write_model_dir(root: Path) -> Path:
-    """A config-only model directory (no weights): enough for sglang's ``ModelConfig``."""
+_DEEPSEEK_V2 = {
+    "architectures": ["DeepseekV2ForCausalLM"],
+    "model_type": "deepseek_v2",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "moe_intermediate_size": 128,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "kv_lora_rank": 64,
+    "q_lora_rank": None,
+    "qk_nope_head_dim": 32,
+    "qk_rope_head_dim": 16,
+    "v_head_dim": 32,
+    "num_hidden_layers": 2,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "max_position_embeddings": 2048,
+    "vocab_size": 1024,
+    "rms_norm_eps": 1e-6,
+    "torch_dtype": "bfloat16",
+}
+
+
+def write_model_dir(root: Path, *, mla: bool = False) -> Path:
+    """A config-only model directory (no weights): enough for sglang's ``ModelConfig``.
+
+    ``mla``: a small DeepSeek-V2-shaped config (multi-head latent attention) instead of Llama.
+    """
     root.mkdir(parents=True, exist_ok=True)
-    (root / "config.json").write_text(json.dumps(_LLAMA))
+    (root / "config.json").write_text(json.dumps(_DEEPSEEK_V2 if mla else _LLAMA))
     return root
 
 

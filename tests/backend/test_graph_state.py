@@ -154,3 +154,27 @@ def test_without_padding_both_backends_agree(
     backend = _build(kind, sglang_setup, "ragged", monkeypatch)
     for check in ("rows", "holders", "fills", "dtypes"):
         CHECKS[check](backend, sglang_setup.max_bs)
+
+
+@pytest.mark.parametrize(
+    ("kind", "check"),
+    [
+        pytest.param(
+            kind,
+            check,
+            marks=[pytest.mark.xfail(strict=True, reason=f"upstream gap: {check}")]
+            if kind == "upstream" and check in UPSTREAM_GAPS
+            else [],
+            id=f"{kind}-mla-{check}",
+        )
+        for kind in ("aiter-ext", "upstream")
+        for check in CHECKS
+    ],
+)
+def test_padded_graph_batch_mla(
+    kind: str, check: str, mla_setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert mla_setup.max_bs > POOL
+    backend = _build(kind, mla_setup, "ragged", monkeypatch)
+    assert "qo_indptr_" in backend.test_buffer_names
+    CHECKS[check](backend, mla_setup.max_bs)

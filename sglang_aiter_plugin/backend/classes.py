@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-from sglang.srt.layers.attention.aiter_backend import (
-    AiterAttnBackend,
-    AiterMultiStepDraftBackend,
-)
+from sglang_aiter_plugin.backend.attn import AiterExtAttnBackend
+from sglang_aiter_plugin.backend.draft import AiterExtMultiStepDraftBackend
 
 __all__ = ["AiterExtAttnBackend", "AiterExtMultiStepDraftBackend"]
-
-
-class AiterExtAttnBackend(AiterAttnBackend):  # type: ignore[misc]
-    """sglang's AITER backend; the buffer pool lands here."""
-
-
-class AiterExtMultiStepDraftBackend(AiterMultiStepDraftBackend):  # type: ignore[misc]
-    """sglang's AITER multi-step draft backend; the buffer pool lands here."""

@@ -20,7 +20,7 @@ from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR, Switches
 from sglang_aiter_plugin.plugin import FIXES_GROUP, NAME, spec
 from sglang_aiter_plugin.plugin.spec import FixContext, PoolResize
 
-__all__ = ["BUILTIN_FIXES", "PluginManager", "get_manager", "reset_manager"]
+__all__ = ["BUILTIN_FIXES", "BUILTIN_OBSERVERS", "PluginManager", "get_manager", "reset_manager"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +28,12 @@ logger = logging.getLogger(__name__)
 BUILTIN_FIXES: tuple[tuple[str, str], ...] = (
     ("attention-backend", "sglang_aiter_plugin.fixes.attention_backend"),
     ("reduce-scatter-tms", "sglang_aiter_plugin.fixes.reduce_scatter"),
+)
+
+#: Built-in observers: (name, module). They implement hooks other than ``aiter_ext_apply_fix``
+#: and are registered before any third-party plugin.
+BUILTIN_OBSERVERS: tuple[tuple[str, str], ...] = (
+    ("aiter-ext-pool-repoint", "sglang_aiter_plugin.backend.repoint"),
 )
 
 
@@ -38,7 +44,7 @@ class PluginManager:
         self._pm = pluggy.PluginManager(NAME)
         self._pm.add_hookspecs(spec)
         self._load_errors: list[FixStatus] = []
-        for name, module in BUILTIN_FIXES:
+        for name, module in (*BUILTIN_FIXES, *BUILTIN_OBSERVERS):
             self._register(name, importlib.import_module(module))
         if load_entrypoints:
             self._load_entrypoints()

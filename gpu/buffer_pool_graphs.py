@@ -1,0 +1,335 @@
+"""GPU evidence for the aiter-ext buffer pool, against the real sglang backend code.
+
+For each backend (``aiter-ext`` and upstream ``AiterAttnBackend``) and decode path (ragged paged
+decode, unified page-table decode), built through sglang's own configuration with a request pool
+P whose captured ``max_bs`` exceeds it:
+
+1. ``graphs``: capture a decode CUDA graph at every captured batch size with sglang's own metadata
+   code (its Triton kv-indices kernel), replay it with real requests (padded as sglang pads), and
+   compare every real row with a torch reference computed from the request table.
+2. ``extend``: then an extend batch through the real ``init_forward_metadata``/``forward_extend``;
+   record the ``cu_seqlens_q``/``kv_indptr`` handed to ``mha_batch_prefill_func`` and compare.
+3. ``eager``: the same decode steps without graphs (for ``compute-sanitizer`` with
+   ``PYTORCH_NO_CUDA_MEMORY_CACHING=1``), plus the block-size-16 reading of ``kv_last_page_lens``.
+
+aiter's kernels are replaced by ``gpu/reference_kernels.py`` (same per-row memory contract).
+Prints one JSON line per result; the exit status is 0 whatever the results (they are evidence).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+sys.modules["aiter"] = None  # type: ignore[assignment]
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "gpu"))
+
+
+def _tolerate_transformers_reregistration() -> None:
+    """sglang 0.5.11-0.5.15 register ``qwen3_asr`` that newer transformers already has."""
+    import transformers
+
+    original = transformers.AutoConfig.register
+
+    def register(model_type: str, config: Any, exist_ok: bool = False) -> None:
+        original(model_type, config, exist_ok=True)
+
+    transformers.AutoConfig.register = register  # type: ignore[method-assign]
+
+
+_tolerate_transformers_reregistration()
+
+import torch  # noqa: E402
+
+import reference_kernels as ref  # noqa: E402
+from tests.backend.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
+
+PAGE = 16
+MAX_LEN = int(os.environ.get("POOL_GPU_MAX_LEN", "600"))
+FLAGS = ("--page-size", str(PAGE))
+
+
+def emit(**record: Any) -> None:
+    print("RESULT " + json.dumps(record), flush=True)
+
+
+def install_kernel_doubles() -> Any:
+    from sglang.srt.layers.attention import aiter_backend as mod
+
+    mod.paged_attention_ragged = ref.paged_attention_ragged
+    mod.unified_attention = ref.unified_attention
+    mod.mha_batch_prefill_func = ref.mha_batch_prefill_func
+    if not hasattr(mod, "reset_verify_attn_plan_cache"):
+        mod.reset_verify_attn_plan_cache = lambda: None
+    return mod
+
+
+def fill_requests(runner: Any, pool: int, seed: int) -> None:
+    """Page-aligned KV locations per request (as a paged allocator hands out) and random KV."""
+    gen = torch.Generator().manual_seed(seed)
+    table = runner.req_to_token_pool.req_to_token
+    width = table.shape[1]
+    pages_per_req = (width + PAGE - 1) // PAGE
+    total_pages = (runner.token_to_kv_pool.size) // PAGE - 1
+    for r in range(pool):
+        pages = torch.randint(1, total_pages, (pages_per_req,), generator=gen)
+        locs = (pages[:, None] * PAGE + torch.arange(PAGE)[None, :]).reshape(-1)[:width]
+        table[r] = locs.to(table.dtype).to(table.device)
+    k, v = runner.token_to_kv_pool.get_kv_buffer(0)
+    k.copy_(torch.randn(k.shape, generator=gen).to(k.dtype))
+    v.copy_(torch.randn(v.shape, generator=gen).to(v.dtype))
+
+
+def reference_decode(runner: Any, q: torch.Tensor, reqs: list[int], lens: list[int]) -> torch.Tensor:
+    k, v = runner.token_to_kv_pool.get_kv_buffer(0)
+    table = runner.req_to_token_pool.req_to_token
+    heads, hkv, dim = q.shape[1], k.shape[1], q.shape[2]
+    outs = []
+    for i, (r, n) in enumerate(zip(reqs, lens)):
+        locs = table[r, :n].long()
+        kk = k[locs].float().repeat_interleave(heads // hkv, dim=1)  # [n, H, D]
+        vv = v[locs].float().repeat_interleave(heads // hkv, dim=1)
+        w = torch.softmax(torch.einsum("hd,nhd->hn", q[i].float(), kk) * dim**-0.5, dim=-1)
+        outs.append(torch.einsum("hn,nhd->hd", w, vv))
+    return torch.stack(outs)
+
+
+class Batch(SimpleNamespace):
+    """The ForwardBatch fields a backend reads; any other field reads as None (and is listed)."""
+
+    defaulted: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        Batch.defaulted.add(name)
+        return None
+
+
+def make_layer(backend: Any) -> SimpleNamespace:
+    return SimpleNamespace(
+        tp_q_head_num=backend.num_head, tp_k_head_num=backend.num_kv_head,
+        tp_v_head_num=backend.num_kv_head, qk_head_dim=backend.head_dim,
+        v_head_dim=backend.head_dim, head_dim=backend.head_dim, layer_id=0, logit_cap=0.0,
+        scaling=backend.head_dim**-0.5, sliding_window_size=None, k_scale=None, v_scale=None,
+        is_cross_attention=False,
+    )
+
+
+class DecodeBatch:
+    """Static inputs of one captured batch size, updated in place before each replay."""
+
+    def __init__(self, backend: Any, bs: int, device: str) -> None:
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+        self.backend, self.bs = backend, bs
+        self.req_pool_indices = torch.zeros(bs, dtype=torch.int64, device=device)
+        self.seq_lens = torch.ones(bs, dtype=torch.int64, device=device)
+        self.q = torch.zeros(bs, backend.num_head * backend.head_dim, dtype=backend.input_dtype,
+                             device=device)
+        self.fb = Batch(
+            batch_size=bs, req_pool_indices=self.req_pool_indices, seq_lens=self.seq_lens,
+            seq_lens_cpu=self.seq_lens.cpu(), seq_lens_sum=bs, forward_mode=ForwardMode.DECODE,
+            spec_info=None, input_ids=torch.zeros(bs, dtype=torch.int64, device=device),
+            out_cache_loc=None, positions=None, encoder_lens=None, kv_loc_plan=None,
+        )
+
+    def set(self, reqs: list[int], lens: list[int], q: torch.Tensor) -> None:
+        fill = self.backend.get_cuda_graph_seq_len_fill_value()
+        pad = self.bs - len(reqs)
+        self.req_pool_indices.copy_(torch.tensor(reqs + [0] * pad))
+        self.seq_lens.copy_(torch.tensor(lens + [fill] * pad))
+        self.fb.seq_lens_cpu = self.seq_lens.cpu()
+        self.fb.seq_lens_sum = int(self.fb.seq_lens_cpu.sum())
+        self.q.zero_()
+        self.q[: len(reqs)].copy_(q.reshape(len(reqs), -1))
+
+    def metadata(self, in_capture: bool) -> None:
+        b, fb = self.backend, self.fb
+        if hasattr(b, "init_forward_metadata_out_graph"):
+            b.init_forward_metadata_out_graph(fb, in_capture=in_capture)
+        elif in_capture:
+            b.init_forward_metadata_capture_cuda_graph(
+                self.bs, self.bs, self.req_pool_indices, self.seq_lens, None, fb.forward_mode, None
+            )
+        else:
+            b.init_forward_metadata_replay_cuda_graph(
+                self.bs, self.req_pool_indices, self.seq_lens, fb.seq_lens_sum, None,
+                fb.forward_mode, None, fb.seq_lens_cpu,
+            )
+
+    def forward(self, layer: Any) -> torch.Tensor:
+        return self.backend.forward_decode(self.q, None, None, layer, self.fb, save_kv_cache=False)
+
+
+def build(kind: str, setup: Any, path: str) -> Any:
+    os.environ["SGLANG_USE_AITER_UNIFIED_ATTN"] = "1" if path == "unified" else "0"
+    if kind == "aiter-ext":
+        from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend as cls
+    else:
+        from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend as cls
+    backend = cls(setup.runner)
+    backend.init_cuda_graph_state(setup.max_bs, setup.max_bs)
+    return backend
+
+
+def decode_rows(setup: Any, pool: int, bs: int, gen: torch.Generator) -> tuple[list[int], list[int]]:
+    n = min(bs, pool)  # a padded graph batch carries at most P real requests
+    reqs = torch.randperm(pool, generator=gen)[:n].tolist()
+    lens = torch.randint(1, MAX_LEN, (n,), generator=gen).tolist()
+    return reqs, lens
+
+
+def run_decode(kind: str, path: str, setup: Any, pool: int, graphs: bool, device: str) -> None:
+    backend = build(kind, setup, path)
+    layer = make_layer(backend)
+    gen = torch.Generator().manual_seed(1)
+    for bs in setup.capture_bs:
+        batch = DecodeBatch(backend, bs, device)
+        reqs, lens = decode_rows(setup, pool, bs, gen)
+        q = torch.randn(len(reqs), backend.num_head, backend.head_dim, generator=gen).to(
+            backend.input_dtype
+        ).to(device)
+        if graphs:
+            batch.metadata(in_capture=True)
+            batch.forward(layer)  # warm-up, as sglang runs before capturing
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = batch.forward(layer)
+            batch.set(reqs, lens, q)
+            batch.metadata(in_capture=False)
+            graph.replay()
+        else:
+            batch.set(reqs, lens, q)
+            batch.metadata(in_capture=False)
+            out = batch.forward(layer)
+        torch.cuda.synchronize() if device == "cuda" else None
+        got = out[: len(reqs)].reshape(len(reqs), backend.num_head, backend.head_dim).float()
+        want = reference_decode(setup.runner, q, reqs, lens).to(got.device)
+        err = (got - want).abs().max().item()
+        emit(part="decode", kind=kind, path=path, graphs=graphs, pool=pool, bs=bs,
+             max_bs=setup.max_bs, real_rows=len(reqs), max_abs_err=round(err, 5),
+             ok=bool(err < 2e-2))
+
+
+def run_extend(kind: str, setup: Any, pool: int, device: str) -> None:
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    backend = build(kind, setup, "ragged")
+    layer = make_layer(backend)
+    prefix, extend = [5, 0, 12], [7, 3, 9]
+    seq = [p + e for p, e in zip(prefix, extend)]
+    reqs = [3, 17, 30]
+    t = lambda xs, dt=torch.int64: torch.tensor(xs, dtype=dt, device=device)  # noqa: E731
+    n_tok = sum(extend)
+    fb = Batch(
+        batch_size=3, req_pool_indices=t(reqs), seq_lens=t(seq), seq_lens_cpu=t(seq).cpu(),
+        seq_lens_sum=sum(seq), forward_mode=ForwardMode.EXTEND, spec_info=None,
+        extend_prefix_lens=t(prefix, torch.int32), extend_prefix_lens_cpu=prefix,
+        extend_seq_lens=t(extend, torch.int32), extend_seq_lens_cpu=extend,
+        extend_start_loc=t([0, 7, 10], torch.int32), encoder_lens=None, out_cache_loc=None,
+        input_ids=torch.zeros(n_tok, dtype=torch.int64, device=device), positions=None,
+        kv_loc_plan=None, attn_backend=backend, mrope_positions=None, return_logprob=False,
+        extend_num_tokens=n_tok, extend_input_logprob_token_ids_gpu=None, capture_hidden_mode=None,
+        padded_static_len=-1, num_token_non_padded=None, can_run_dp_cuda_graph=False,
+    )
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(n_tok, backend.num_head, backend.head_dim, generator=gen).to(
+        backend.input_dtype
+    ).to(device)
+    ref.CALLS.clear()
+    try:
+        backend.init_forward_metadata(fb)
+        out = backend.forward_extend(q.reshape(n_tok, -1), None, None, layer, fb, save_kv_cache=False)
+    except Exception as exc:  # evidence, not a crash: record what happened
+        import traceback
+
+        emit(part="extend", kind=kind, pool=pool, error=f"{type(exc).__name__}: {exc}"[:300],
+             where=traceback.format_exc().splitlines()[-6:-1])
+        return
+    call = ref.CALLS[-1] if ref.CALLS else {}
+    got = out.reshape(n_tok, backend.num_head, backend.head_dim).float()
+    rows_right, start = 0, 0
+    for r, p, e in zip(reqs, prefix, extend):
+        for i in range(e):
+            want = reference_decode(setup.runner, q[start + i : start + i + 1], [r], [p + i + 1])
+            rows_right += int((got[start + i] - want[0].to(got.device)).abs().max().item() < 2e-2)
+        start += e
+    true_q = [0, 7, 10, 19]
+    true_kv = [0, seq[0], seq[0] + seq[1], sum(seq)]
+    emit(part="extend", kind=kind, pool=pool, max_bs=setup.max_bs,
+         cu_seqlens_q=call.get("cu_seqlens_q"), kv_indptr=call.get("kv_indptr"),
+         true_cu_seqlens_q=true_q, true_kv_indptr=true_kv,
+         ok=call.get("cu_seqlens_q") == true_q and call.get("kv_indptr") == true_kv,
+         rows_right=f"{rows_right}/{n_tok}", fields_read_as_none=sorted(Batch.defaulted))
+
+
+def run_last_page_len(kind: str, setup: Any, pool: int, device: str) -> None:
+    """Block size 16: aiter reads kv_last_page_lens[s] for every row; hand it the backend's."""
+    backend = build(kind, setup, "ragged")
+    bs = setup.max_bs
+    n_pages = [2] * bs
+    kv_indptr = torch.arange(0, 2 * bs + 1, 2, dtype=torch.int32, device=device)
+    pages = torch.arange(1, 2 * bs + 1, dtype=torch.int32, device=device)
+    k, v = setup.runner.token_to_kv_pool.get_kv_buffer(0)
+    q = torch.randn(bs, backend.num_head, backend.head_dim, device=device).to(backend.input_dtype)
+    out = torch.empty_like(q)
+    ref.paged_attention_ragged(
+        out, backend.workspace_buffer, q, k.view(-1, PAGE, *k.shape[1:]),
+        v.view(-1, PAGE, *v.shape[1:]), backend.scale, kv_indptr, pages,
+        backend.kv_last_page_len, PAGE, backend.max_num_partitions,
+    )
+    if device == "cuda":
+        torch.cuda.synchronize()
+    emit(part="last_page_len_block16", kind=kind, pool=pool, bs=bs, pages=sum(n_pages),
+         kv_last_page_len_entries=int(backend.kv_last_page_len.numel()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--parts", default="graphs,extend")
+    parser.add_argument("--kinds", default="aiter-ext,upstream")
+    parser.add_argument("--paths", default="ragged,unified")
+    parser.add_argument("--scenario", default="two-batch-overlap")
+    parser.add_argument("--pool", type=int, default=33)
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args()
+    mod = install_kernel_doubles()
+    import sglang
+
+    emit(part="versions", sglang=sglang.__version__, torch=torch.__version__,
+         triton=__import__("triton").__version__, backend_module=mod.__file__,
+         gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+    model_dir = write_model_dir(Path(tempfile.mkdtemp()) / "tiny-llama")
+    setup = configure(model_dir, SCENARIOS[args.scenario], FLAGS, device=args.device,
+                      pool=args.pool)
+    fill_requests(setup.runner, args.pool, seed=0)
+    emit(part="config", scenario=args.scenario, pool=args.pool, capture_bs=setup.capture_bs,
+         max_bs=setup.max_bs)
+    parts = args.parts.split(",")
+    with setup.scope:
+        for kind in args.kinds.split(","):
+            for part in parts:
+                try:
+                    if part in ("graphs", "eager"):
+                        for path in args.paths.split(","):
+                            run_decode(kind, path, setup, args.pool, part == "graphs", args.device)
+                    elif part == "extend":
+                        run_extend(kind, setup, args.pool, args.device)
+                    elif part == "block16":
+                        run_last_page_len(kind, setup, args.pool, args.device)
+                except Exception as exc:
+                    emit(part=part, kind=kind, error=f"{type(exc).__name__}: {exc}"[:500])
+
+
+if __name__ == "__main__":
+    main()

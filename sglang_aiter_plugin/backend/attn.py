@@ -1,0 +1,80 @@
+"""``AiterExtAttnBackend``: sglang's AITER backend with its per-batch buffers in one pool.
+
+The constructor lets upstream allocate at the request-pool size P, then hands every per-batch
+buffer it finds to a :class:`~sglang_aiter_plugin.backend.pool.BufferPool` and binds the backend's
+and both prefill updaters' attributes to it. ``init_cuda_graph_state(max_bs, ...)`` grows the pool
+to ``max_bs`` rows *before* upstream runs (so upstream's own partial regrowth finds nothing to do),
+checks that no holder was left with an old tensor, and freezes the pool: CUDA graphs are captured
+against these addresses from then on. Metadata and forward methods are upstream's, untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
+
+from sglang_aiter_plugin.backend.buffers import discover
+from sglang_aiter_plugin.backend.pool import BufferPool
+
+__all__ = ["PREFILL_UPDATERS", "AiterExtAttnBackend"]
+
+#: Backend attributes holding prefill index updaters; each keeps references to pool buffers
+#: under the same attribute names (0.5.11-0.5.23: ``kv_indptr``, ``qo_indptr``,
+#: ``kv_last_page_len`` on the non-MLA updater; the MLA updater reads through the backend).
+PREFILL_UPDATERS = ("indices_updater_prefill", "mla_indices_updater_prefill")
+
+_FROZEN_REASON = "CUDA graphs were captured against the current buffers"
+
+
+class AiterExtAttnBackend(AiterAttnBackend):  # type: ignore[misc]
+    """sglang's AITER backend whose per-batch buffers grow, together, to the captured batch."""
+
+    buffer_pool: BufferPool
+
+    def __init__(
+        self,
+        model_runner: Any,
+        skip_prefill: bool = False,
+        kv_indptr_buf: Any = None,
+        topk: int = 1,
+    ) -> None:
+        super().__init__(model_runner, skip_prefill, kv_indptr_buf, topk)
+        capacity = int(model_runner.req_to_token_pool.size)
+        borrowed = frozenset({"kv_indptr"}) if kv_indptr_buf is not None else frozenset()
+        specs = discover(self, capacity, skip=borrowed)
+        adopt = {s.name: getattr(self, s.name) for s in specs}
+        self.buffer_pool = BufferPool(self, specs, capacity, self.device, adopt=adopt)
+        bind_backend(self.buffer_pool, self)
+
+    def init_cuda_graph_state(
+        self, max_bs: int, max_num_tokens: int, *args: Any, **kw: Any
+    ) -> None:
+        pool = self.buffer_pool
+        pool.grow(max_bs, reason=f"init_cuda_graph_state(max_bs={max_bs})")
+        if "kv_indptr" not in pool.specs and self.kv_indptr.shape[-1] < max_bs + 1:
+            raise RuntimeError(
+                f"kv_indptr lent to this backend holds {self.kv_indptr.shape[-1]} entries, fewer "
+                f"than max_bs + 1 = {max_bs + 1}: the owner (the multi-step draft backend) must "
+                "grow it before its children's init_cuda_graph_state"
+            )
+        super().init_cuda_graph_state(max_bs, max_num_tokens, *args, **kw)
+        stale = pool.stale_bindings()
+        if stale:
+            raise RuntimeError(
+                f"sglang's init_cuda_graph_state replaced pool buffers behind the pool: {stale}"
+            )
+        pool.freeze(_FROZEN_REASON)
+
+
+def bind_backend(pool: BufferPool, backend: Any) -> None:
+    """Bind ``backend``'s attributes, and its prefill updaters' same-named ones, to ``pool``."""
+    for name in pool.names():
+        pool.bind(backend, name, name)
+    for attr in PREFILL_UPDATERS:
+        updater = getattr(backend, attr, None)
+        if updater is None:
+            continue
+        for name in pool.names():
+            if hasattr(updater, name) and getattr(updater, name) is not None:
+                pool.bind(updater, name, name)

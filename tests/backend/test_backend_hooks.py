@@ -1,0 +1,76 @@
+"""The pool's cold-path contract: one announcement per growth, nothing added to per-step methods."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from sglang_aiter_plugin.plugin import hookimpl
+from sglang_aiter_plugin.plugin.manager import reset_manager
+from sglang_aiter_plugin.plugin.spec import PoolResize
+from tests.backend.sglang_setup import POOL, Setup
+
+PER_STEP = (
+    "init_forward_metadata",
+    "init_forward_metadata_out_graph",
+    "init_forward_metadata_in_graph",
+    "init_forward_metadata_capture_cuda_graph",
+    "init_forward_metadata_replay_cuda_graph",
+    "forward_decode",
+    "forward_extend",
+    "forward",
+)
+
+
+class Observer:
+    def __init__(self) -> None:
+        self.events: list[PoolResize] = []
+
+    @hookimpl
+    def aiter_ext_pool_resized(self, event: PoolResize) -> None:
+        self.events.append(event)
+
+
+@pytest.fixture
+def observer() -> Iterator[Observer]:
+    obs = Observer()
+    reset_manager([("third-party-observer", obs)])
+    yield obs
+    reset_manager()
+
+
+def test_per_step_methods_are_upstreams_own() -> None:
+    from sglang.srt.layers.attention.aiter_backend import (
+        AiterAttnBackend,
+        AiterMultiStepDraftBackend,
+    )
+
+    from sglang_aiter_plugin.backend.classes import (
+        AiterExtAttnBackend,
+        AiterExtMultiStepDraftBackend,
+    )
+
+    for ours, theirs in (
+        (AiterExtAttnBackend, AiterAttnBackend),
+        (AiterExtMultiStepDraftBackend, AiterMultiStepDraftBackend),
+    ):
+        for name in PER_STEP:
+            if hasattr(theirs, name):
+                assert getattr(ours, name) is getattr(theirs, name), f"{ours.__name__}.{name}"
+
+
+@pytest.mark.parametrize("sglang_setup", ["dp-attention"], indirect=True)
+def test_third_party_observer_sees_one_growth_with_the_grown_backend(
+    sglang_setup: Setup, observer: Observer
+) -> None:
+    from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend
+
+    backend = AiterExtAttnBackend(sglang_setup.runner)
+    assert observer.events == []  # construction adopts, it does not grow
+    backend.init_cuda_graph_state(sglang_setup.max_bs, sglang_setup.max_bs)
+    backend.init_cuda_graph_state(sglang_setup.max_bs, sglang_setup.max_bs)  # e.g. pdmux
+    (event,) = observer.events
+    assert event.owner is backend and event.pool is backend.buffer_pool
+    assert (event.old_capacity, event.new_capacity) == (POOL, sglang_setup.max_bs)
+    assert f"max_bs={sglang_setup.max_bs}" in event.reason

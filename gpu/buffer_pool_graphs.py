@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 sys.modules["aiter"] = None  # type: ignore[assignment]
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,9 +47,9 @@ def _tolerate_transformers_reregistration() -> None:
 
 _tolerate_transformers_reregistration()
 
+import reference_kernels as ref  # noqa: E402
 import torch  # noqa: E402
 
-import reference_kernels as ref  # noqa: E402
 from tests.backend.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
 
 PAGE = 16
@@ -88,12 +88,14 @@ def fill_requests(runner: Any, pool: int, seed: int) -> None:
     v.copy_(torch.randn(v.shape, generator=gen).to(v.dtype))
 
 
-def reference_decode(runner: Any, q: torch.Tensor, reqs: list[int], lens: list[int]) -> torch.Tensor:
+def reference_decode(
+    runner: Any, q: torch.Tensor, reqs: list[int], lens: list[int]
+) -> torch.Tensor:
     k, v = runner.token_to_kv_pool.get_kv_buffer(0)
     table = runner.req_to_token_pool.req_to_token
     heads, hkv, dim = q.shape[1], k.shape[1], q.shape[2]
     outs = []
-    for i, (r, n) in enumerate(zip(reqs, lens)):
+    for i, (r, n) in enumerate(zip(reqs, lens, strict=False)):
         locs = table[r, :n].long()
         kk = k[locs].float().repeat_interleave(heads // hkv, dim=1)  # [n, H, D]
         vv = v[locs].float().repeat_interleave(heads // hkv, dim=1)
@@ -105,7 +107,7 @@ def reference_decode(runner: Any, q: torch.Tensor, reqs: list[int], lens: list[i
 class Batch(SimpleNamespace):
     """The ForwardBatch fields a backend reads; any other field reads as None (and is listed)."""
 
-    defaulted: set[str] = set()
+    defaulted: ClassVar[set[str]] = set()
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -181,7 +183,9 @@ def build(kind: str, setup: Any, path: str) -> Any:
     return backend
 
 
-def decode_rows(setup: Any, pool: int, bs: int, gen: torch.Generator) -> tuple[list[int], list[int]]:
+def decode_rows(
+    setup: Any, pool: int, bs: int, gen: torch.Generator
+) -> tuple[list[int], list[int]]:
     n = min(bs, pool)  # a padded graph batch carries at most P real requests
     reqs = torch.randperm(pool, generator=gen)[:n].tolist()
     lens = torch.randint(1, MAX_LEN, (n,), generator=gen).tolist()
@@ -227,7 +231,7 @@ def run_extend(kind: str, setup: Any, pool: int, device: str) -> None:
     backend = build(kind, setup, "ragged")
     layer = make_layer(backend)
     prefix, extend = [5, 0, 12], [7, 3, 9]
-    seq = [p + e for p, e in zip(prefix, extend)]
+    seq = [p + e for p, e in zip(prefix, extend, strict=False)]
     reqs = [3, 17, 30]
     t = lambda xs, dt=torch.int64: torch.tensor(xs, dtype=dt, device=device)  # noqa: E731
     n_tok = sum(extend)
@@ -249,7 +253,9 @@ def run_extend(kind: str, setup: Any, pool: int, device: str) -> None:
     ref.CALLS.clear()
     try:
         backend.init_forward_metadata(fb)
-        out = backend.forward_extend(q.reshape(n_tok, -1), None, None, layer, fb, save_kv_cache=False)
+        out = backend.forward_extend(
+            q.reshape(n_tok, -1), None, None, layer, fb, save_kv_cache=False
+        )
     except Exception as exc:  # evidence, not a crash: record what happened
         import traceback
 
@@ -259,7 +265,7 @@ def run_extend(kind: str, setup: Any, pool: int, device: str) -> None:
     call = ref.CALLS[-1] if ref.CALLS else {}
     got = out.reshape(n_tok, backend.num_head, backend.head_dim).float()
     rows_right, start = 0, 0
-    for r, p, e in zip(reqs, prefix, extend):
+    for r, p, e in zip(reqs, prefix, extend, strict=False):
         for i in range(e):
             want = reference_decode(setup.runner, q[start + i : start + i + 1], [r], [p + i + 1])
             rows_right += int((got[start + i] - want[0].to(got.device)).abs().max().item() < 2e-2)

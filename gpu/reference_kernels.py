@@ -74,7 +74,9 @@ def _pa_partition(
         idx = (s * H + h) * NP + p
         exp_sums = workspace.to(tl.pointer_type(tl.float32))
         max_logits = (workspace + num_seqs * H * NP * 4).to(tl.pointer_type(tl.float32))
-        tmp_out = (workspace + 2 * num_seqs * H * NP * 4).to(tl.pointer_type(query.dtype.element_ty))
+        tmp_out = (workspace + 2 * num_seqs * H * NP * 4).to(
+            tl.pointer_type(query.dtype.element_ty)
+        )
         tl.store(exp_sums + idx, den)
         tl.store(max_logits + idx, m)
         tl.store(tmp_out + idx * D + d, (acc / den).to(query.dtype.element_ty))
@@ -106,7 +108,9 @@ def _pa_reduce(
     w = es * tl.exp(ml - tl.max(ml, 0))
     w = tl.where(ok, w, 0.0)
     d = tl.arange(0, D)
-    part_out = tl.load(tmp_out + (base + parts)[:, None] * D + d[None, :], mask=ok[:, None], other=0.0)
+    part_out = tl.load(
+        tmp_out + (base + parts)[:, None] * D + d[None, :], mask=ok[:, None], other=0.0
+    )
     o = tl.sum(w[:, None] * part_out.to(tl.float32), 0) / tl.sum(w, 0)
     tl.store(out + s * s_os + h * s_oh + d, o.to(out.dtype.element_ty))
 

@@ -1,0 +1,189 @@
+"""`aiter` vs `aiter-ext` on a CUDA GPU: per-step metadata cost, graph memory, capture time.
+
+Both backends are sglang's real code (``AiterAttnBackend`` and the plugin's subclass), configured
+by sglang's own parser (two-batch overlap, a request pool P = 129, so the padded graph batch is
+130), with aiter's kernels replaced by the reference kernels of ``gpu/reference_kernels.py``
+(there is no ROCm on an NVIDIA GPU; the metadata code, including sglang's Triton kv-indices
+kernel, is sglang's own). Every measurement interleaves the variants round by round; the noise
+is ``aiter`` timed twice (the same backend object under a second name).
+
+1. Per-step metadata: ``init_forward_metadata_out_graph(in_capture=False)`` (0.5.23; the replay
+   method on older releases) and the capture-time metadata call, for 1, 8, 32, 128 and P real
+   requests in the smallest captured graph that holds them: the GPU time (CUDA events) and the
+   CPU time of the call (where a Python indirection would show).
+2. Graph memory and capture time: device bytes each backend holds after
+   ``init_cuda_graph_state(max_bs)``, the difference, and what the padded rows need by the
+   buffers' own sizes; the time to capture the decode graphs at every batch size.
+
+    python3 benchmarks/backend_gpu.py --rounds 300     # on the GPU machine (see gpu/README.md)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "gpu"))
+import buffer_pool_graphs as harness  # noqa: E402  (also blocks aiter and sets sys.path)
+import torch  # noqa: E402
+
+from tests.backend.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
+
+POOL = 129
+REAL_REQUESTS = (1, 8, 32, 128, POOL)
+CAPTURE = ("--cuda-graph-bs-decode", "1", "2", "8", "32", "128")
+KINDS = ("aiter", "aiter-ext")
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(values, n=4)
+    return {"median": statistics.median(values), "q1": q[0], "q3": q[-1], "n": len(values)}
+
+
+def _build(kind: str, setup: Any, path: str) -> tuple[Any, int]:
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    backend = harness.build("upstream" if kind == "aiter" else "aiter-ext", setup, path)
+    torch.cuda.synchronize()
+    return backend, torch.cuda.memory_allocated() - before
+
+
+def _padded_need(ext: Any, upstream: Any) -> dict[str, int]:
+    """Bytes the pool holds beyond upstream, buffer by buffer (what the padded rows need)."""
+    need = {}
+    for name in ext.buffer_pool.names():
+        mine = ext.buffer_pool.tensor(name)
+        theirs = getattr(upstream, name)
+        extra = mine.numel() * mine.element_size() - theirs.numel() * theirs.element_size()
+        if extra:
+            need[name] = extra
+    return need
+
+
+def _time_metadata(batches: dict[str, Any], in_capture: bool, rounds: int
+                   ) -> dict[str, dict[str, list[float]]]:
+    gpu: dict[str, list[float]] = {k: [] for k in batches}
+    cpu: dict[str, list[float]] = {k: [] for k in batches}
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for i in range(rounds + 20):  # 20 warm-up rounds, not recorded
+        for name, batch in batches.items():
+            torch.cuda.synchronize()
+            start.record()
+            t0 = time.perf_counter()
+            batch.metadata(in_capture=in_capture)
+            t1 = time.perf_counter()
+            end.record()
+            end.synchronize()
+            if i >= 20:
+                cpu[name].append((t1 - t0) * 1e6)
+                gpu[name].append(start.elapsed_time(end) * 1e3)
+    return {"gpu_us": gpu, "cpu_us": cpu}
+
+
+def _capture_all(backend: Any, setup: Any) -> float:
+    layer = harness.make_layer(backend)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for bs in sorted(setup.capture_bs, reverse=True):  # sglang captures largest first
+        batch = harness.DecodeBatch(backend, bs, "cuda")
+        batch.metadata(in_capture=True)
+        batch.forward(layer)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            batch.forward(layer)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def run(path: str, setup: Any, rounds: int) -> dict[str, Any]:
+    backends, held = {}, {}
+    for kind in KINDS:
+        backends[kind], held[kind] = _build(kind, setup, path)
+    need = _padded_need(backends["aiter-ext"], backends["aiter"])
+    gen = torch.Generator().manual_seed(3)
+    per_n: dict[str, Any] = {}
+    for n in REAL_REQUESTS:
+        bs = min(b for b in setup.capture_bs if b >= n)
+        batches = {}
+        reqs, lens = harness.decode_rows(setup, POOL, n, gen)
+        for kind, backend in backends.items():
+            q = torch.randn(len(reqs), backend.num_head, backend.head_dim, generator=gen)
+            batch = harness.DecodeBatch(backend, bs, "cuda")
+            batch.set(reqs, lens, q.to(backend.input_dtype).cuda())
+            batches[kind] = batch
+        batches["aiter (again)"] = batches["aiter"]
+        replay = _time_metadata(batches, False, rounds)
+        capture = _time_metadata(batches, True, max(rounds // 3, 30))
+        per_n[str(n)] = {"graph_bs": bs, "replay": _summarise(replay),
+                         "capture": _summarise(capture)}
+        print(f"  {path} n={n} (graph bs {bs}): replay gpu ratio "
+              f"{per_n[str(n)]['replay']['ratio_gpu']:.3f}, cpu ratio "
+              f"{per_n[str(n)]['replay']['ratio_cpu']:.3f}", file=sys.stderr, flush=True)
+    capture_s: dict[str, list[float]] = {k: [] for k in KINDS}
+    for _ in range(3):
+        for kind in KINDS:  # first round compiles the reference kernels for both alike
+            capture_s[kind].append(_capture_all(backends[kind], setup))
+    return {
+        "held_bytes": held,
+        "extra_bytes_measured": held["aiter-ext"] - held["aiter"],
+        "extra_bytes_needed_by_buffer": need,
+        "extra_bytes_needed": sum(need.values()),
+        "metadata": per_n,
+        "capture_all_s": {k: v[1:] for k, v in capture_s.items()},
+        "capture_ratio": statistics.median(capture_s["aiter-ext"][1:])
+        / statistics.median(capture_s["aiter"][1:]),
+    }
+
+
+def _summarise(t: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {f"{clock}": {k: _summary(v) for k, v in d.items()}
+                           for clock, d in t.items()}
+    for clock, key in (("gpu_us", "gpu"), ("cpu_us", "cpu")):
+        med = {k: v["median"] for k, v in out[clock].items()}
+        out[f"ratio_{key}"] = med["aiter-ext"] / med["aiter"]
+        out[f"noise_{key}"] = med["aiter (again)"] / med["aiter"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="aiter vs aiter-ext metadata cost on a GPU")
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--paths", default="ragged,unified")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/backend_gpu.json")
+    args = parser.parse_args(argv)
+    harness.install_kernel_doubles()
+    import sglang
+    import triton
+
+    model_dir = write_model_dir(Path(tempfile.mkdtemp()) / "tiny-llama")
+    setup = configure(model_dir, SCENARIOS["two-batch-overlap"], (*harness.FLAGS, *CAPTURE),
+                      device="cuda", pool=POOL)
+    harness.fill_requests(setup.runner, POOL, seed=0)
+    print(f"capture sizes {setup.capture_bs}, max_bs {setup.max_bs}, P {POOL}", file=sys.stderr)
+    result: dict[str, Any] = {
+        "benchmark": "backend_gpu",
+        "command": " ".join(["python3", *sys.argv]),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__, "triton": triton.__version__, "sglang": sglang.__version__,
+        "pool": POOL, "capture_bs": setup.capture_bs, "max_bs": setup.max_bs,
+        "rounds": args.rounds, "paths": {},
+    }
+    with setup.scope:
+        for path in args.paths.split(","):
+            result["paths"][path] = run(path, setup, args.rounds)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,86 @@
-"""GPU benchmark sections (filled in with the GPU benchmarks)."""
+"""RESULTS.md section and plot for ``benchmarks/backend_gpu.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from benchmarks.render import _header
+
+__all__ = ["backend_gpu"]
+
+
+def backend_gpu(data: dict[str, Any], out_dir: Path) -> list[str]:
+    lines = [f"## aiter vs aiter-ext on {data['gpu']}: per-step metadata, memory, capture", "",
+             *_header(data),
+             f"Two-batch overlap, request pool P = {data['pool']}, captured graph sizes "
+             f"{data['capture_bs']} (max_bs {data['max_bs']} > P). {data['rounds']} interleaved "
+             "rounds per point after 20 warm-up rounds; medians. *n* real requests run in the "
+             "smallest captured graph that holds them. Noise: `aiter` timed twice.", ""]
+    for path, p in data["paths"].items():
+        lines += [f"### {path} decode", "",
+                  "| n (graph bs) | replay GPU µs aiter / aiter-ext | ratio | noise | "
+                  "replay CPU µs aiter / aiter-ext | ratio | noise | capture-time metadata "
+                  "ratio GPU / CPU |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for n, m in p["metadata"].items():
+            r, c = m["replay"], m["capture"]
+            g, u = r["gpu_us"], r["cpu_us"]
+            lines.append(
+                f"| {n} ({m['graph_bs']}) | {g['aiter']['median']:.1f} / "
+                f"{g['aiter-ext']['median']:.1f} | **{r['ratio_gpu']:.3f}** | "
+                f"{r['noise_gpu']:.3f} | {u['aiter']['median']:.1f} / "
+                f"{u['aiter-ext']['median']:.1f} | **{r['ratio_cpu']:.3f}** | "
+                f"{r['noise_cpu']:.3f} | {c['ratio_gpu']:.3f} / {c['ratio_cpu']:.3f} |")
+        need = ", ".join(f"{k} {v:,} B" for k, v in p["extra_bytes_needed_by_buffer"].items())
+        cap = p["capture_all_s"]
+        lines += [
+            "",
+            f"- Device bytes the padded rows need (the pool's buffers minus upstream's, tensor by "
+            f"tensor): **{p['extra_bytes_needed']:,} B** ({need}). Measured through "
+            f"`torch.cuda.memory_allocated()` after building each backend: "
+            f"{p['extra_bytes_measured']:+,} B (aiter {p['held_bytes']['aiter']:,} B, aiter-ext "
+            f"{p['held_bytes']['aiter-ext']:,} B); that figure includes the caching "
+            "allocator's block rounding, so it is only a bound of the order of kilobytes.",
+            f"- Capturing the decode graphs at all {len(data['capture_bs'])} sizes: aiter "
+            f"{', '.join(f'{s * 1000:.2f}' for s in cap['aiter'])} ms, aiter-ext "
+            f"{', '.join(f'{s * 1000:.2f}' for s in cap['aiter-ext'])} ms; ratio of medians "
+            f"**{p['capture_ratio']:.3f}**.",
+            "",
+        ]
+    plot = _plot(data, out_dir)
+    if plot:
+        lines += [f"![replay metadata ratio vs batch size]({plot})", ""]
+    return lines
+
+
+def _plot(data: dict[str, Any], out_dir: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    labels: list[str] = []
+    for path, p in data["paths"].items():
+        labels = [f"{n} ({m['graph_bs']})" for n, m in p["metadata"].items()]
+        bs = list(range(len(labels)))
+        for clock, style in (("gpu", "-o"), ("cpu", "--s")):
+            ax.plot(bs, [m["replay"][f"ratio_{clock}"] for m in p["metadata"].values()], style,
+                    label=f"{path}, {clock.upper()} time")
+        ax.fill_between(bs, [m["replay"]["noise_gpu"] for m in p["metadata"].values()], 1.0,
+                        alpha=0.1)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.axhline(1.05, color="red", lw=0.8, ls=":")
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_xlabel("real requests (captured graph batch size)")
+    ax.set_ylabel("aiter-ext / aiter")
+    ax.set_title("init_forward_metadata (replay), median of interleaved rounds")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    name = "backend_gpu_ratio.png"
+    fig.savefig(out_dir / name, dpi=120)
+    plt.close(fig)
+    return name

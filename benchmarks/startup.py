@@ -5,6 +5,9 @@ Measures, interleaved in one run so machine noise hits every variant alike:
 * whole-process wall time and peak RSS of
   ``python -c "from sglang.srt.plugins import load_plugins; load_plugins()"`` with the plugin
   installed and enabled, installed but switched off (``SGLANG_AITER_EXT=0``), and not installed;
+* the time of the ``load_plugins()`` call itself, measured inside each process (far less noisy
+  than the whole process), in a bare process and in one that imported what sglang's launcher has
+  imported when it calls ``load_plugins()``;
 * the import time of ``sglang_aiter_plugin`` alone (``python -X importtime``);
 * which modules the plugin's load adds (nothing ROCm-specific may appear).
 
@@ -31,8 +34,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-LOAD = ("import json, sys; from sglang.srt.plugins import load_plugins; load_plugins(); "
-        "print('MODULES ' + json.dumps(sorted(sys.modules)))")
+LOAD = ("import json, sys, time; {pre}from sglang.srt.plugins import load_plugins; "
+        "t = time.perf_counter(); load_plugins(); t = time.perf_counter() - t; "
+        "print('CALL_MS ' + str(t * 1000)); print('MODULES ' + json.dumps(sorted(sys.modules)))")
+#: What the process imported before load_plugins(): nothing (a bare process), or what sglang's
+#: launcher (python -m sglang.launch_server) has imported when it calls load_plugins().
+PRELUDES = {"bare": "", "launcher": "import sglang.launch_server; "}
 
 
 def _overlays(tmp: Path) -> dict[str, Path]:
@@ -124,17 +131,23 @@ def main(argv: list[str] | None = None) -> int:
         }
         seconds: dict[str, list[float]] = {v: [] for v in variants}
         peaks: dict[str, list[float]] = {v: [] for v in variants}
+        calls: dict[str, list[float]] = {f"{v}, {p}": [] for p in PRELUDES for v in variants}
         modules: dict[str, set[str]] = {}
-        names = list(variants)
+        names = [(v, p) for p in PRELUDES for v in variants]
         for i in range(args.runs + 1):  # the first round warms the page cache, not recorded
             names = names[1:] + names[:1]  # rotate so no variant always runs first
-            for name in names:
-                s, kib, out, _ = _run([sys.executable, "-S", "-c", LOAD], variants[name], Path(tmp))
-                mods = json.loads(out.split("MODULES ", 1)[1])
-                modules[name] = set(mods)
+            for name, pre in names:
+                code = LOAD.format(pre=PRELUDES[pre])
+                s, kib, out, _ = _run([sys.executable, "-S", "-c", code], variants[name],
+                                      Path(tmp))
+                call_ms = float(out.split("CALL_MS ", 1)[1].split()[0])
+                if pre == "bare":
+                    modules[name] = set(json.loads(out.split("MODULES ", 1)[1]))
                 if i:
-                    seconds[name].append(s * 1000)
-                    peaks[name].append(kib / 1024)
+                    calls[f"{name}, {pre}"].append(call_ms)
+                    if pre == "bare":
+                        seconds[name].append(s * 1000)
+                        peaks[name].append(kib / 1024)
             print(f"round {i}/{args.runs}", file=sys.stderr, flush=True)
         imports = [_import_time_us(variants["installed"], Path(tmp)) for _ in range(args.runs)]
     added = sorted(modules["installed"] - modules["not installed"])
@@ -152,15 +165,20 @@ def main(argv: list[str] | None = None) -> int:
         "wall_ms": {k: _summary(v) for k, v in seconds.items()},
         "peak_rss_mib": {k: _summary(v) for k, v in peaks.items()},
         "import_us": _summary([float(x) for x in imports]),
+        "load_plugins_call_ms": {k: _summary(v) for k, v in calls.items()},
         "modules_added_by_plugin": added,
         "rocm_or_torch_modules_added": rocm,
     }
     for k in ("installed", "disabled"):
         result[f"added_ms_{k}"] = (result["wall_ms"][k]["median"]
                                    - result["wall_ms"]["not installed"]["median"])
+        for pre in PRELUDES:
+            call = result["load_plugins_call_ms"]
+            result[f"added_call_ms_{k}_{pre}"] = (call[f"{k}, {pre}"]["median"]
+                                                  - call[f"not installed, {pre}"]["median"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
-    print(json.dumps({k: result[k] for k in ("added_ms_installed", "added_ms_disabled")}))
+    print(json.dumps({k: v for k, v in result.items() if k.startswith("added_")}))
     print(f"wrote {args.out}")
     return 0
 

@@ -17,7 +17,16 @@ from typing import Any
 
 from tests.doubles.rocm_platform import simulated_rocm
 
-__all__ = ["LAUNCHES", "Launch", "Outcome", "Resolutions", "resolve", "warm_up", "write_models"]
+__all__ = [
+    "LAUNCHES",
+    "Launch",
+    "Outcome",
+    "Resolutions",
+    "resolve",
+    "resolve_args",
+    "warm_up",
+    "write_models",
+]
 
 _LLAMA = {
     "architectures": ["LlamaForCausalLM"],
@@ -233,15 +242,20 @@ def warm_up(models: dict[str, str]) -> None:
 
 def resolve(launch: Launch, models: dict[str, str], backend: str) -> Outcome:
     """Resolve ``launch`` with ``backend`` as the launcher would; never raises."""
+    return resolve_args({**COMMON, **launch.args(models, backend)}, dict(launch.env))
+
+
+def resolve_args(kwargs: dict[str, Any], env: dict[str, str] | None = None) -> Outcome:
+    """Resolve ``ServerArgs(**kwargs)`` as the launcher would, with ``env`` set; never raises."""
     from sglang.srt.server_args import ServerArgs
 
     saved = dict(os.environ)
-    os.environ.update(dict(launch.env))
+    os.environ.update(env or {})
     before = dict(os.environ)
     outcome = Outcome()
     try:
         with simulated_rocm():
-            record = ServerArgs(**COMMON, **launch.args(models, backend))
+            record = ServerArgs(**kwargs)
             if hasattr(record, "resolve_once"):
                 record.resolve_once()
         outcome.record = record

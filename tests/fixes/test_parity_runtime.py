@@ -145,3 +145,15 @@ def test_the_fold_is_logged(
     lines = sorted({r.getMessage() for r in caplog.records if "resolving" in r.getMessage()})
     assert len(lines) == 1
     assert "decode_attention_backend, prefill_attention_backend 'aiter-ext' as 'aiter'" in lines[0]
+
+
+def test_doctor_describes_this_release(resolutions: Resolutions, sglang_version: Any) -> None:
+    from sglang_aiter_plugin._doctor import naming_note
+
+    note = naming_note(sglang_version)
+    record = resolutions.get("llama-32k", "aiter-ext").record
+    raw = getattr(record, "_raw_input", None)
+    if "launch_command" in note:
+        assert raw is not None and raw["attention_backend"] == "aiter-ext"
+    else:
+        assert raw is None and record.attention_backend == "aiter"

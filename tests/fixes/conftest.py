@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sglang_aiter_plugin.selection import SELECTED_ENV
 from tests.fixes.parity_launches import Resolutions, warm_up, write_models
 
 
@@ -19,3 +20,9 @@ def models(plugins_loaded: None, tmp_path_factory: pytest.TempPathFactory) -> di
 @pytest.fixture(scope="session")
 def resolutions(models: dict[str, str]) -> Resolutions:
     return Resolutions(models)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Resolutions write the choice into the environment; keep it out of the next test."""
+    monkeypatch.delenv(SELECTED_ENV, raising=False)

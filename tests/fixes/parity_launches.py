@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sglang_aiter_plugin.selection import SELECTED_ENV
 from tests.doubles.rocm_platform import simulated_rocm
 
 __all__ = [
@@ -251,6 +252,7 @@ def resolve_args(kwargs: dict[str, Any], env: dict[str, str] | None = None) -> O
 
     saved = dict(os.environ)
     os.environ.update(env or {})
+    os.environ.pop(SELECTED_ENV, None)  # as in a fresh launcher: both runs start alike
     before = dict(os.environ)
     outcome = Outcome()
     try:

@@ -25,6 +25,24 @@ def _resolved(record: Any) -> Any:
     return record
 
 
+def _published(record: Any) -> dict[str, Any] | None:
+    """What the runtime reads after ``publish`` (0.5.17+), or ``None`` where there is none."""
+    import importlib
+
+    context: Any = importlib.import_module("sglang.srt.runtime_context")
+    if not (hasattr(context, "publish") and hasattr(context, "attention_backends")):
+        return None
+    try:
+        context.publish(record, role="tokenizer")
+        published: dict[str, Any] = {"backends": list(context.attention_backends())}
+        leaf = getattr(context.get_context(), "config_leaf", None)
+        if leaf is not None:
+            published["mem_fraction_static"] = leaf("mem_fraction_static")
+        return published
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def report(payload: bytes, queue: Any) -> None:
     sys.modules.setdefault("aiter", None)  # type: ignore[assignment]
     try:
@@ -45,6 +63,7 @@ def report(payload: bytes, queue: Any) -> None:
                 "env": os.environ.get(SELECTED_ENV),
                 "attention_backend": _resolved(record).attention_backend,
                 "finished": getattr(record, "_resolution_finished", None),
+                "published": _published(record),
                 "selected": is_selected(record),
                 # a path that lost the record's bookkeeping: only the environment is left
                 "selected_without_marker": is_selected(None),

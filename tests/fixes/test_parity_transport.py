@@ -57,5 +57,11 @@ def test_a_spawn_child_sees_the_choice(
     assert data["selected"] is chosen
     assert data["selected_without_marker"] is chosen  # the environment fallback
     assert data["registry_wrapped"] and data["draft_wrapped"]
+    published = data["published"]
+    if published is not None:  # 0.5.17+: what the scheduler's runtime reads after publish
+        assert "error" not in published, published["error"]
+        assert published["backends"] == ["aiter", "aiter"]
+        if "mem_fraction_static" in published:
+            assert published["mem_fraction_static"] == outcome.config()["mem_fraction_static"]
     if data["finished"] is not None:  # 0.5.19+: the child does not resolve again
         assert data["finished"] is True

@@ -12,6 +12,8 @@ One line per finding, sorted, under ``srt/``:
 * ``construct PATH:LINE QUALNAME CLASS BINDING`` -- every call of ``AiterAttnBackend(...)`` or
   ``AiterMultiStepDraftBackend(...)``; BINDING says where the name comes from at call time
   (``local-import`` from aiter_backend inside the function, or ``module-global``).
+* ``reference PATH:LINE QUALNAME CLASS`` -- every other use of those two names (annotations,
+  ``isinstance``); a new ``super(AiterAttnBackend, ...)`` or ``type(x) is ...`` shows up here.
 * ``pipeline-first-step NAME`` -- the first step ``run_resolution_pipeline`` calls (0.5.19+).
 
 The CPU tests compare the installed release with its pinned file, so a release that adds,
@@ -37,6 +39,7 @@ class _Visitor(ast.NodeVisitor):
         self.stack: list[str] = []
         self.local_imports: list[set[str]] = [set()]
         self.lines: list[str] = []
+        self.calls: set[int] = set()
 
     def _scoped(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
         self.stack.append(node.name)
@@ -66,9 +69,15 @@ class _Visitor(ast.NodeVisitor):
         if isinstance(node.func, ast.Name) and node.func.id in CLASSES:
             local = any(node.func.id in names for names in self.local_imports[1:])
             binding = "local-import" if local else "module-global"
+            self.calls.add(id(node.func))
             self.lines.append(
                 f"construct {self.path}:{node.lineno} {self.qualname} {node.func.id} {binding}"
             )
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in CLASSES and isinstance(node.ctx, ast.Load) and id(node) not in self.calls:
+            self.lines.append(f"reference {self.path}:{node.lineno} {self.qualname} {node.id}")
         self.generic_visit(node)
 
     def generic_visit(self, node: ast.AST) -> None:

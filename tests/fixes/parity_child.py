@@ -29,7 +29,10 @@ def _published(record: Any) -> dict[str, Any] | None:
     """What the runtime reads after ``publish`` (0.5.17+), or ``None`` where there is none."""
     import importlib
 
-    context: Any = importlib.import_module("sglang.srt.runtime_context")
+    try:
+        context: Any = importlib.import_module("sglang.srt.runtime_context")
+    except ImportError:  # before 0.5.14
+        return None
     if not (hasattr(context, "publish") and hasattr(context, "attention_backends")):
         return None
     try:

@@ -14,11 +14,13 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 
+from packaging.version import Version
+
 from sglang_aiter_plugin._sglang import Support, installed_sglang_version, support_of
 from sglang_aiter_plugin._status import FixState
 from sglang_aiter_plugin._version import __version__
 
-__all__ = ["Check", "Report", "collect", "render_json", "render_table"]
+__all__ = ["Check", "Report", "collect", "naming_note", "render_json", "render_table"]
 
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 ENTRY_POINT_NAME = "aiter_ext"
@@ -51,14 +53,28 @@ def collect(selected_backend: str | None = None) -> Report:
     _check_platform(report, selected_backend)
     _check_discovery(report)
     _check_fixes(report)
-    report.add(
-        "naming",
-        INFO,
-        "with --attention-backend aiter-ext, sglang's resolved configuration (/server_info, "
-        "logs) says 'aiter' on every aiter-specific decision; the plugin's log line says it "
-        "built aiter-ext",
-    )
+    report.add("naming", INFO, naming_note(installed_sglang_version()))
     return report
+
+
+def naming_note(version: Version | None) -> str:
+    """How ``aiter-ext`` shows up in ``/server_info`` and the logs of this sglang release."""
+    common = (
+        "--attention-backend aiter-ext is resolved as 'aiter', so every aiter-specific decision "
+        "of sglang is taken as for aiter; the plugin logs one line 'resolving attention_backend "
+        "'aiter-ext' as 'aiter'' at start-up, and the backend objects are its AiterExt* classes "
+        "(shown wherever sglang logs a backend's class name)"
+    )
+    if version is not None and version >= Version("0.5.19"):
+        return (
+            f"{common}. /server_info and the post-resolution server_args log say "
+            "attention_backend 'aiter'; launch_command (and the first, pre-resolution "
+            "server_args log) keep '--attention-backend aiter-ext'"
+        )
+    return (
+        f"{common}. This sglang release resolves arguments as they are built, so "
+        "/server_info and every server_args log say attention_backend 'aiter'"
+    )
 
 
 def _check_sglang(report: Report) -> None:

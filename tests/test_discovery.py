@@ -16,6 +16,9 @@ from sglang_aiter_plugin._registration import last_statuses
 print("RESULT " + json.dumps({
     "choices": ATTENTION_BACKEND_CHOICES.count("aiter-ext"),
     "factory": getattr(ATTENTION_BACKENDS.get("aiter-ext"), "__module__", None),
+    "aiter_wraps": getattr(
+        getattr(ATTENTION_BACKENDS["aiter"], "__wrapped__", None), "__module__", None
+    ),
     "statuses": [s.as_dict() for s in (last_statuses() or [])],
     "package": sglang_aiter_plugin.__file__,
 }))
@@ -34,7 +37,9 @@ def test_sglang_load_plugins_discovers_and_runs_the_plugin() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     data = result.data
     assert data["choices"] == 1
-    assert data["factory"] == "sglang_aiter_plugin.fixes.attention_backend"
+    # aiter-ext is folded into aiter; the aiter factory chooses the class, aiter-ext fails fast
+    assert data["factory"] == "sglang_aiter_plugin.selection.factories"
+    assert data["aiter_wraps"] == "sglang.srt.layers.attention.attention_registry"
     names = [s["name"] for s in data["statuses"]]
     assert names[:2] == ["attention-backend", "reduce-scatter-tms"]
     assert data["statuses"][0]["state"] == "applied"

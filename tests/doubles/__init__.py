@@ -1,6 +1,6 @@
 """Test doubles, all in one place, for what cannot exist on a machine without ROCm or a server.
 
-Only these are doubles: aiter's kernels and communicator, and the handful of model-runner
-attributes a backend reads. sglang itself is always the real release under test.
-One module per double.
+Only these are doubles: aiter's kernels and communicator (``aiter_constructors``), the handful of
+model-runner attributes a backend reads (``model_runner``), and the ROCm host itself
+(``rocm_platform``). sglang itself is always the real release under test. One module per double.
 """

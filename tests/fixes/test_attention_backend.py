@@ -14,7 +14,8 @@ def test_real_parser_accepts_aiter_ext(plugins_loaded, flag: str) -> None:  # ty
     from sglang.srt.server_args import prepare_server_args
 
     args = prepare_server_args(["--model-path", "dummy", flag, "aiter-ext"])
-    assert getattr(args, flag[2:].replace("-", "_")) in ("aiter-ext", "aiter")
+    assert getattr(args, flag[2:].replace("-", "_")) in ("aiter-ext", "aiter")  # raw / folded
+    assert getattr(args, "_aiter_ext_impl", "aiter-ext") == "aiter-ext"
 
 
 @pytest.mark.parametrize("flag", FLAGS)
@@ -40,8 +41,12 @@ def test_choice_is_added_once_in_the_shared_list(plugins_loaded) -> None:  # typ
 def test_building_aiter_ext_without_rocm_names_rocm_and_aiter(plugins_loaded) -> None:  # type: ignore[no-untyped-def]
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
 
-    with pytest.raises(AiterUnavailableError) as exc:
-        ATTENTION_BACKENDS["aiter-ext"](object())
+    from sglang_aiter_plugin.selection import MARKER_ATTR
+    from tests.doubles.bare_model_runner import BareModelRunnerDouble
+
+    record = type("Record", (), {MARKER_ATTR: "aiter-ext"})()
+    with pytest.raises(AiterUnavailableError) as exc:  # the folded path: aiter's factory
+        ATTENTION_BACKENDS["aiter"](BareModelRunnerDouble(record))
     message = str(exc.value)
     assert "aiter-ext cannot run here" in message
     assert "ROCm" in message and "--attention-backend triton" in message

@@ -1,0 +1,42 @@
+"""Where the choice of ``aiter-ext`` is kept once the name itself has been folded to ``aiter``.
+
+After the fold every field sglang reads says ``aiter``, so the choice of class travels beside
+the configuration, in two places:
+
+* the attribute :data:`MARKER_ATTR` on the ``ServerArgs`` record. Schedulers and draft workers
+  receive the launcher's record by pickle, and pickling keeps instance attributes (0.5.20+
+  ``ServerArgs.__reduce__`` carries the bookkeeping; earlier releases pickle ``__dict__``).
+  It is per record, so two engines in one process do not interfere.
+* the environment variable :data:`SELECTED_ENV`, written on every resolution (``1`` or ``0``)
+  and inherited by ``spawn`` children. It is the fallback for code paths that rebuild a record
+  from plain field values and so drop the attribute.
+
+The record wins when it carries the attribute; the environment decides otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["EXT_NAME", "MARKER_ATTR", "SELECTED_ENV", "STOCK_NAME", "is_selected", "record"]
+
+EXT_NAME = "aiter-ext"
+STOCK_NAME = "aiter"
+MARKER_ATTR = "_aiter_ext_impl"
+SELECTED_ENV = "SGLANG_AITER_EXT_SELECTED"
+
+
+def record(server_args: Any, selected: bool) -> None:
+    """Write the choice on ``server_args`` and in this process's environment."""
+    setattr(server_args, MARKER_ATTR, EXT_NAME if selected else STOCK_NAME)
+    os.environ[SELECTED_ENV] = "1" if selected else "0"
+
+
+def is_selected(server_args: Any | None) -> bool:
+    """Whether the plugin's classes should stand in for sglang's ``aiter`` classes."""
+    if server_args is not None:
+        value = getattr(server_args, MARKER_ATTR, None)
+        if value is not None:
+            return bool(value == EXT_NAME)
+    return os.environ.get(SELECTED_ENV, "0") == "1"

@@ -1,0 +1,49 @@
+"""Resolution steps a tiny launch cannot reach here, run on their own after the plugin's fold.
+
+Kimi-K3 with decode context parallelism needs aiter's gluon kernels (checked by a probe that is
+replaced here) and writes the literal ``"aiter"`` back into the configuration; ``aiter-ext``
+must come out of it exactly as ``aiter`` does.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+
+from sglang_aiter_plugin.selection import fold_point
+from sglang_aiter_plugin.selection.fold import fold
+
+
+def _folded_record(backend: str, **fields: Any) -> Any:
+    from sglang.srt.server_args import ServerArgs
+
+    record = ServerArgs(model_path="dummy", attention_backend=backend, **fields)
+    if fold_point(ServerArgs) == "resolve_once":  # older releases folded in __post_init__
+        fold(record, declare=True)
+    return record
+
+
+def _outcome(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return (type(exc).__name__, str(exc))
+
+
+@pytest.mark.usefixtures("plugins_loaded")
+def test_kimi_k3_dcp_overrides_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    try:
+        kimi = importlib.import_module("sglang.srt.arg_groups.model_overrides.kimi_k3")
+    except ImportError:
+        pytest.skip("no Kimi-K3 model overrides in this sglang release")
+    overrides = getattr(kimi, "_kimi_k3_overrides", None)
+    probe = "_require_kimi_k3_aiter_gluon_dcp_support"
+    if overrides is None or not hasattr(kimi, probe):
+        pytest.skip("this sglang release has no Kimi-K3 aiter DCP path")
+    monkeypatch.setattr(kimi, probe, lambda: None)  # aiter's gluon kernels cannot exist here
+    stock = _outcome(overrides, _folded_record("aiter", dcp_size=2), None)
+    ext = _outcome(overrides, _folded_record("aiter-ext", dcp_size=2), None)
+    assert ext == stock
+    assert stock["decode_attention_backend"] == "aiter"

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from packaging.version import Version
@@ -146,9 +147,31 @@ def _write_support_statement(rows: list[dict[str, str]], newer: list[str]) -> No
     readme.write_text(f"{before}{start}\n{body}\n{end}{after}")
 
 
+def _test_release(version: str, reports: Path, tests: list[str],
+                  previous: dict[str, dict[str, str]]) -> dict[str, str]:
+    print(f"sglang {version}", flush=True)
+    junit = reports / f"{version}.xml"
+    junit.unlink(missing_ok=True)
+    code, seconds = _run_release(version, junit, tests)
+    cases = _cases(junit) if junit.exists() else []
+    row = dict(previous.get(version, {"release": version}))
+    for area, prefixes in AREAS.items():
+        cell = _cell(cases, prefixes)
+        if cell != "no tests" or tests == ["tests"] or area not in row:
+            row[area] = cell
+    row["reduce-scatter verdict"] = _verdict(version)
+    whole = tests == ["tests"]
+    row["suite"] = "pass" if all(not str(row[a]).startswith("FAIL") for a in AREAS) and (
+        code == 0 or not whole) else "FAIL"
+    row["minutes"] = f"{seconds / 60:.1f}" if whole else row.get("minutes", "-")
+    row["commit"] = _commit()
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("releases", nargs="*", default=SUPPORTED)
+    parser.add_argument("--jobs", type=int, default=1, help="releases tested at the same time")
     parser.add_argument("--tests", nargs="+", default=["tests"], metavar="PATH",
                         help="run only these test paths; only the areas they cover are updated")
     args = parser.parse_args(argv)
@@ -158,27 +181,15 @@ def main(argv: list[str] | None = None) -> int:
     if (OUT_DIR / "matrix.json").exists():
         saved = json.loads((OUT_DIR / "matrix.json").read_text())
         previous = {r["release"]: r for r in saved["rows"]}
+    newer = _newer_on_pypi()
     reports = ROOT / ".sglang-releases" / "junit"
     reports.mkdir(parents=True, exist_ok=True)
-    for version in args.releases:
-        print(f"sglang {version}", flush=True)
-        junit = reports / f"{version}.xml"
-        code, seconds = _run_release(version, junit, args.tests)
-        cases = _cases(junit) if junit.exists() else []
-        row = dict(previous.get(version, {"release": version}))
-        for area, prefixes in AREAS.items():
-            cell = _cell(cases, prefixes)
-            if cell != "no tests" or args.tests == ["tests"] or area not in row:
-                row[area] = cell
-        row["reduce-scatter verdict"] = _verdict(version)
-        row["suite"] = "pass" if all(not str(row[a]).startswith("FAIL") for a in AREAS) and (
-            code == 0 or args.tests != ["tests"]) else "FAIL"
-        row["minutes"] = f"{seconds / 60:.1f}" if args.tests == ["tests"] else row.get(
-            "minutes", "-")
-        row["commit"] = _commit()
-        previous[version] = row
-    rows = [previous[v] for v in sorted(previous, key=Version)]
-    _write(rows, _newer_on_pypi(), command)
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for row in pool.map(lambda v: _test_release(v, reports, args.tests, previous),
+                            args.releases):
+            previous[row["release"]] = row
+            rows = [previous[v] for v in sorted(previous, key=Version)]
+            _write(rows, newer, command)  # after each release, so an interrupted run keeps some
     print(f"wrote {OUT_DIR / 'MATRIX.md'}")
     return 0 if all(r["suite"] == "pass" for r in rows) else 1
 

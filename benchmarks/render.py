@@ -39,15 +39,39 @@ def _startup(data: dict[str, Any], _: Path) -> list[str]:
     for variant, wall in data["wall_ms"].items():
         lines.append(f"| {variant} | {_fmt(wall, 'ms')} | "
                      f"{_fmt(data['peak_rss_mib'][variant], 'MiB')} |")
+    calls = data.get("load_plugins_call_ms", {})
+    if calls:
+        lines += ["", "The `load_plugins()` call alone, timed inside each process:", "",
+                  "| variant | bare process | after the imports sglang's launcher has done |",
+                  "| --- | --- | --- |"]
+        for variant in data["wall_ms"]:
+            lines.append(f"| {variant} | {_fmt(calls[f'{variant}, bare'], 'ms')} | "
+                         f"{_fmt(calls[f'{variant}, launcher'], 'ms')} |")
     lines += [
         "",
-        f"- Added by the plugin (median minus median, installed vs not installed): "
-        f"**{data['added_ms_installed']:+.1f} ms**; switched off (`SGLANG_AITER_EXT=0`): "
-        f"{data['added_ms_disabled']:+.1f} ms. The spread of one variant (its IQR) is the noise.",
+        f"- Whole process, installed vs not installed (median minus median): "
+        f"{data['added_ms_installed']:+.1f} ms; switched off (`SGLANG_AITER_EXT=0`): "
+        f"{data['added_ms_disabled']:+.1f} ms. Compare with the IQRs above: on this shared "
+        "2-CPU machine the whole-process time cannot resolve a few milliseconds.",
+    ]
+    for pre in ("bare", "launcher"):
+        key = f"added_call_ms_installed_{pre}"
+        if key in data:
+            lines.append(
+                f"- `load_plugins()` call, {pre}: the plugin adds **{data[key]:+.1f} ms** "
+                f"(switched off: {data[f'added_call_ms_disabled_{pre}']:+.1f} ms).")
+    for pre, steps in data.get("profile_ms_installed", {}).items():
+        lines += ["", f"Where the time goes, one `load_plugins()` under cProfile ({pre}; "
+                  "cProfile inflates Python-heavy steps):", "", "| step | ms |", "| --- | --- |"]
+        lines += [f"| {label.strip()} | {ms:.1f} |" for label, ms in steps.items()]
+    us = {k: v / 1000 if k != "n" else v for k, v in data["import_us"].items()}
+    lines += [
+        "",
         f"- `import sglang_aiter_plugin` alone (`-X importtime`, cumulative): "
-        f"{_fmt({k: v / 1000 if k != 'n' else v for k, v in data['import_us'].items()}, 'ms', 2)}.",
-        f"- Modules the plugin's load adds to the process: {len(data['modules_added_by_plugin'])}"
-        f" ({', '.join(data['modules_added_by_plugin'][:12])}"
+        f"{_fmt(us, 'ms', 2)}.",
+        f"- Modules the plugin's load adds to a bare process: "
+        f"{len(data['modules_added_by_plugin'])} "
+        f"({', '.join(data['modules_added_by_plugin'][:12])}"
         f"{' …' if len(data['modules_added_by_plugin']) > 12 else ''}); ROCm, torch or triton "
         f"modules among them: {', '.join(data['rocm_or_torch_modules_added']) or 'none'}.",
         "",

@@ -98,6 +98,44 @@ def _popen_wait4() -> None:
     subprocess.Popen._try_wait = _try_wait  # type: ignore[attr-defined]
 
 
+PROFILE = """
+import cProfile, json, pstats, sys
+{pre}from sglang.srt.plugins import load_plugins
+profile = cProfile.Profile()
+profile.enable()
+load_plugins()
+profile.disable()
+stats = pstats.Stats(profile).stats
+wanted = {{
+    "load_plugins() in all": ("sglang/srt/plugins/__init__.py", "load_plugins"),
+    "the plugin's register()": ("sglang_aiter_plugin/_registration.py", "register"),
+    "  plugin manager set-up (pluggy, built-in fixes, entry-point scan)":
+        ("sglang_aiter_plugin/plugin/manager.py", "__init__"),
+    "  the fixes' probes and registrations":
+        ("sglang_aiter_plugin/plugin/manager.py", "apply_fixes"),
+    "sglang's HookRegistry.apply_hooks()": ("sglang/srt/plugins/hook_registry.py", "apply_hooks"),
+    "  of which _propagate_patch (walks every loaded module)":
+        ("sglang/srt/plugins/hook_registry.py", "_propagate_patch"),
+}}
+out = {{}}
+for label, (path, name) in wanted.items():
+    ms = [v[3] * 1000 for (file, _, fn), v in stats.items() if file.endswith(path) and fn == name]
+    out[label] = round(max(ms), 2) if ms else 0.0
+print("PROFILE " + json.dumps(out))
+"""
+
+
+def _profile(env: dict[str, str], cwd: Path, pre: str) -> dict[str, float]:
+    """Cumulative ms by step of one load_plugins() under cProfile (inflates Python-heavy steps)."""
+    code = PROFILE.format(pre=PRELUDES[pre])
+    proc = subprocess.run([sys.executable, "-S", "-c", code], env=env, cwd=cwd,
+                          capture_output=True, text=True)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("PROFILE ")]
+    if not line:
+        raise RuntimeError(proc.stderr[-2000:])
+    return json.loads(line[-1][len("PROFILE "):])  # type: ignore[no-any-return]
+
+
 def _summary(values: list[float]) -> dict[str, float]:
     q = statistics.quantiles(values, n=4) if len(values) >= 4 else [min(values), 0, max(values)]
     return {"median": statistics.median(values), "q1": q[0], "q3": q[-1],
@@ -150,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                         peaks[name].append(kib / 1024)
             print(f"round {i}/{args.runs}", file=sys.stderr, flush=True)
         imports = [_import_time_us(variants["installed"], Path(tmp)) for _ in range(args.runs)]
+        profiles = {pre: _profile(variants["installed"], Path(tmp), pre) for pre in PRELUDES}
     added = sorted(modules["installed"] - modules["not installed"])
     rocm = [m for m in added if m.split(".")[0] in ("aiter", "triton", "torch")]
     import torch
@@ -166,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_mib": {k: _summary(v) for k, v in peaks.items()},
         "import_us": _summary([float(x) for x in imports]),
         "load_plugins_call_ms": {k: _summary(v) for k, v in calls.items()},
+        "profile_ms_installed": profiles,
         "modules_added_by_plugin": added,
         "rocm_or_torch_modules_added": rocm,
     }

@@ -7,10 +7,9 @@ import threading
 
 from sglang_aiter_plugin._sglang import Support, installed_sglang_version, support_of
 from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin._switches import Switches, read_switches
+from sglang_aiter_plugin._switches import ENABLE_VAR, Switches, read_switches
 from sglang_aiter_plugin._version import __version__
-from sglang_aiter_plugin.plugin.manager import get_manager
-from sglang_aiter_plugin.plugin.spec import FixContext
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 
 __all__ = ["last_statuses", "register", "run_fixes"]
 
@@ -23,6 +22,19 @@ _statuses: list[FixStatus] | None = None
 def run_fixes() -> tuple[Switches, list[FixStatus]]:
     """Read the switches and apply every fix once per process (re-entrant, idempotent)."""
     global _statuses
+    builtin = [name for name, _ in BUILTIN_FIXES]
+    switches = read_switches(builtin)
+    if not switches.enabled:
+        # Switched off: touch nothing, not even the plugin manager (pluggy, entry-point scan);
+        # third-party fix names are unknown then, so the disable list is not checked.
+        switches = Switches(enabled=False, disabled_fixes=switches.disabled_fixes)
+        with _lock:
+            if _statuses is None:
+                _statuses = [FixStatus(n, FixState.DISABLED, f"{ENABLE_VAR}=0") for n in builtin]
+            return switches, list(_statuses)
+    from sglang_aiter_plugin.plugin.manager import get_manager
+    from sglang_aiter_plugin.plugin.spec import FixContext
+
     manager = get_manager()
     switches = read_switches(manager.fix_names())
     with _lock:

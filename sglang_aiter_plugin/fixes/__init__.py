@@ -1,1 +1,14 @@
-"""Built-in fixes, each a pluggy plugin module with a ledger: Why / How / Upstream / Remove when."""
+"""Built-in fixes, each a pluggy plugin module with a ledger: Why / How / Upstream / Remove when.
+
+This package's ``__init__`` stays import-free so that the names below can be read without pluggy.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BUILTIN_FIXES"]
+
+#: Built-in fixes: (fix name, module). Order is the order they are applied and reported.
+BUILTIN_FIXES: tuple[tuple[str, str], ...] = (
+    ("attention-backend", "sglang_aiter_plugin.fixes.attention_backend"),
+    ("reduce-scatter-tms", "sglang_aiter_plugin.fixes.reduce_scatter"),
+)

@@ -17,6 +17,7 @@ import pluggy
 
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR, Switches
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 from sglang_aiter_plugin.plugin import FIXES_GROUP, NAME, spec
 from sglang_aiter_plugin.plugin.spec import FixContext, PoolResize
 
@@ -25,10 +26,6 @@ __all__ = ["BUILTIN_FIXES", "BUILTIN_OBSERVERS", "PluginManager", "get_manager",
 logger = logging.getLogger(__name__)
 
 #: Built-in fixes: (fix name, module). Order is the order they are applied and reported.
-BUILTIN_FIXES: tuple[tuple[str, str], ...] = (
-    ("attention-backend", "sglang_aiter_plugin.fixes.attention_backend"),
-    ("reduce-scatter-tms", "sglang_aiter_plugin.fixes.reduce_scatter"),
-)
 
 #: Built-in observers: (name, module). They implement hooks other than ``aiter_ext_apply_fix``
 #: and are registered before any third-party plugin.

@@ -159,3 +159,29 @@ def test_reentrant_loading_never_double_wraps(tmp_path: Path) -> None:
         assert got["choices"] == 1
         expected_layers = 1 if got["rs"] == "applied" else 0
         assert got["layers"] == expected_layers, got
+
+
+@pytest.mark.parametrize("value", ["yes", "2", "true", " 1"])
+def test_garbage_in_the_recorded_choice_is_a_clear_error(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sglang_aiter_plugin.selection.marker import SELECTED_ENV, SelectionError, is_selected
+
+    monkeypatch.setenv(SELECTED_ENV, value)
+    with pytest.raises(SelectionError) as exc:
+        is_selected(None)  # a record without the marker falls back to the environment
+    assert f"{SELECTED_ENV}={value!r} is not valid; accepted values: 0, 1" in str(exc.value)
+    assert "unset it" in str(exc.value)
+
+
+@pytest.mark.parametrize(("value", "selected"), [("1", True), ("0", False), (None, False)])
+def test_the_recorded_choice_reads_back(
+    value: str | None, selected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sglang_aiter_plugin.selection.marker import SELECTED_ENV, is_selected
+
+    if value is None:
+        monkeypatch.delenv(SELECTED_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SELECTED_ENV, value)
+    assert is_selected(None) is selected

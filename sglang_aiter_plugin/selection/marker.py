@@ -19,12 +19,24 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["EXT_NAME", "MARKER_ATTR", "SELECTED_ENV", "STOCK_NAME", "is_selected", "record"]
+__all__ = [
+    "EXT_NAME",
+    "MARKER_ATTR",
+    "SELECTED_ENV",
+    "STOCK_NAME",
+    "SelectionError",
+    "is_selected",
+    "record",
+]
 
 EXT_NAME = "aiter-ext"
 STOCK_NAME = "aiter"
 MARKER_ATTR = "_aiter_ext_impl"
 SELECTED_ENV = "SGLANG_AITER_EXT_SELECTED"
+
+
+class SelectionError(ValueError):
+    """The recorded choice of backend class cannot be read."""
 
 
 def record(server_args: Any, selected: bool) -> None:
@@ -39,4 +51,11 @@ def is_selected(server_args: Any | None) -> bool:
         value = getattr(server_args, MARKER_ATTR, None)
         if value is not None:
             return bool(value == EXT_NAME)
-    return os.environ.get(SELECTED_ENV, "0") == "1"
+    value = os.environ.get(SELECTED_ENV, "0")
+    if value not in ("0", "1"):
+        raise SelectionError(
+            f"{SELECTED_ENV}={value!r} is not valid; accepted values: 0, 1. The plugin writes it "
+            "when it resolves the launch arguments (it is not a switch): unset it, and choose "
+            "the backend with --attention-backend aiter or aiter-ext."
+        )
+    return value == "1"

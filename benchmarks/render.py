@@ -17,6 +17,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
+if str(ROOT.parent) not in sys.path:  # `python benchmarks/render.py` from anywhere
+    sys.path.insert(0, str(ROOT.parent))
 
 Section = Callable[[dict[str, Any], Path], list[str]]
 

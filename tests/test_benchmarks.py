@@ -1,0 +1,36 @@
+"""The benchmark renderer turns every committed result into its section (no timing here)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from benchmarks import render
+
+RESULTS = Path(render.__file__).parent / "results"
+
+
+def test_every_committed_result_renders_with_its_numbers(tmp_path: Path) -> None:
+    out = tmp_path / "RESULTS.md"
+    assert render.main(["--results", str(RESULTS), "--out", str(out)]) == 0
+    text = out.read_text()
+    for path in sorted(RESULTS.glob("*.json")):
+        data = json.loads(path.read_text())
+        assert data["command"] in text, f"{path.name} is not rendered"
+        if data["benchmark"] == "backend_gpu":
+            for p in data["paths"].values():
+                assert f"**{p['capture_ratio']:.3f}**" in text
+        if data["benchmark"] == "reduce_scatter_overhead":
+            assert f"**{data['ratio_hooked_vs_upstream']:.3f}**" in text
+
+
+def test_unknown_result_kinds_are_skipped_not_invented(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy(RESULTS / "startup.json", results)
+    (results / "odd.json").write_text(json.dumps({"benchmark": "nobody-knows", "command": "x"}))
+    out = tmp_path / "RESULTS.md"
+    render.main(["--results", str(results), "--out", str(out)])
+    text = out.read_text()
+    assert "## Start-up cost on CPU" in text and "nobody-knows" not in text

@@ -73,7 +73,7 @@ def write_model_dir(root: Path, *, mla: bool = False) -> Path:
 class Scenario:
     name: str
     new_flags: tuple[str, ...]
-    """Flags for 0.5.17+ (``--attn-dp-size``)."""
+    """Flags for 0.5.22+ (``--attn-dp-size``, which earlier parsers do not know)."""
     old_flags: tuple[str, ...]
     """Flags for older releases (``--dp-size`` with ``--enable-dp-attention``)."""
     attn_tp_size: int
@@ -126,8 +126,8 @@ def configure(
 
     from tests.doubles.model_runner import build_model_runner
 
-    new = _sglang_version() >= Version("0.5.17")
-    flags = scenario.new_flags if new else scenario.old_flags
+    new = _sglang_version() >= Version("0.5.17")  # runtime_context.publish
+    flags = scenario.new_flags if _sglang_version() >= Version("0.5.22") else scenario.old_flags
     argv = [
         "--model-path",
         str(model_dir),

@@ -107,13 +107,14 @@ def _newer_on_pypi() -> list[str]:
     return [str(v) for v in sorted(found) if v > newest and not v.is_prerelease]
 
 
-def _write(rows: list[dict[str, str]], newer: list[str], command: str) -> None:
+def _write(rows: list[dict[str, str]], newer: list[str], commands: list[str]) -> None:
     cols = ["release", *AREAS, "reduce-scatter verdict", "suite", "minutes", "commit"]
     lines = [
         "# Compatibility matrix",
         "",
-        f"Generated {dt.date.today().isoformat()} by `{command}` on a CPU machine "
-        f"(Python {sys.version.split()[0]}), each release installed from PyPI with `--no-deps`.",
+        f"Generated {dt.date.today().isoformat()} on a CPU machine (Python "
+        f"{sys.version.split()[0]}), each release installed from PyPI with `--no-deps`, by "
+        + "; then ".join(f"`{c}`" for c in commands) + ". Each row names the commit it ran.",
         "`pass (n)`: n tests ran and passed (expected failures that document upstream gaps count",
         "as run); `n/a (skipped)`: every test of the area skipped because the release lacks the",
         "path (e.g. no `_maybe_aiter_reduce_scatter` before 0.5.15).",
@@ -126,7 +127,9 @@ def _write(rows: list[dict[str, str]], newer: list[str], command: str) -> None:
         lines += ["", "Newer releases on PyPI, **untested** (`doctor` warns on them): "
                   + ", ".join(newer)]
     (OUT_DIR / "MATRIX.md").write_text("\n".join(lines) + "\n")
-    (OUT_DIR / "matrix.json").write_text(json.dumps({"rows": rows, "untested": newer}, indent=2))
+    (OUT_DIR / "matrix.json").write_text(
+        json.dumps({"rows": rows, "untested": newer, "commands": commands}, indent=2)
+    )
     _write_support_statement(rows, newer)
 
 
@@ -175,12 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", nargs="+", default=["tests"], metavar="PATH",
                         help="run only these test paths; only the areas they cover are updated")
     args = parser.parse_args(argv)
-    command = "python tests/compat/matrix.py" + (
-        " " + " ".join(args.releases) if args.releases != SUPPORTED else "")
+    command = "python tests/compat/matrix.py" + "".join(
+        f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     previous: dict[str, dict[str, str]] = {}
+    commands = [command]
     if (OUT_DIR / "matrix.json").exists():
         saved = json.loads((OUT_DIR / "matrix.json").read_text())
         previous = {r["release"]: r for r in saved["rows"]}
+        if args.releases != SUPPORTED or args.tests != ["tests"]:  # a partial refresh
+            commands = [*saved.get("commands", []), command]
     newer = _newer_on_pypi()
     reports = ROOT / ".sglang-releases" / "junit"
     reports.mkdir(parents=True, exist_ok=True)
@@ -189,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                             args.releases):
             previous[row["release"]] = row
             rows = [previous[v] for v in sorted(previous, key=Version)]
-            _write(rows, newer, command)  # after each release, so an interrupted run keeps some
+            _write(rows, newer, commands)  # after each release: an interrupted run keeps some
     print(f"wrote {OUT_DIR / 'MATRIX.md'}")
     return 0 if all(r["suite"] == "pass" for r in rows) else 1
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 PRELUDE = 'import sys, json\nsys.modules.setdefault("aiter", None)\n'
@@ -40,3 +41,10 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: int = 600)
         timeout=timeout,
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_main_script(directory: Path, code: str, env: dict[str, str] | None = None) -> Result:
+    """Run ``code`` as ``__main__`` from a file: ``spawn`` children re-import the main module."""
+    script = directory / "main_script.py"
+    script.write_text(PRELUDE + textwrap.dedent(code))
+    return run_python(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')", env)

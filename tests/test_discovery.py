@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import distribution
 
-from tests.subproc import run_python
+from tests.subproc import run_main_script, run_python
 
 DISCOVERY = """
 from sglang.srt.plugins import load_plugins
@@ -75,9 +75,6 @@ if __name__ == "__main__":
 
 
 def test_spawn_child_loads_the_plugin_itself(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    # spawn re-imports __main__, so the parent code must live in a file
-    script = tmp_path / "spawn_parent.py"
-    script.write_text("import sys, json\nsys.modules.setdefault('aiter', None)\n" + SPAWN)
-    result = run_python(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    result = run_main_script(tmp_path, SPAWN)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.data == {"child": [1, True], "exitcode": 0}

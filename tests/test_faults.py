@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.subproc import run_python
+from tests.subproc import run_main_script, run_python
 
 
 @pytest.fixture
@@ -150,9 +150,7 @@ if __name__ == "__main__":
 
 
 def test_reentrant_loading_never_double_wraps(tmp_path: Path) -> None:
-    script = tmp_path / "reentrant.py"
-    script.write_text("import sys, json\nsys.modules.setdefault('aiter', None)\n" + REENTRANT)
-    result = run_python(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    result = run_main_script(tmp_path, REENTRANT)
     assert result.returncode == 0, result.stderr[-3000:]
     for side in ("parent", "child"):
         got = result.data[side]

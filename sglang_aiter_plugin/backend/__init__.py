@@ -6,7 +6,7 @@ from typing import Any
 
 from sglang_aiter_plugin.backend._availability import AiterUnavailableError, require_aiter
 
-__all__ = ["AiterUnavailableError", "backend_classes", "create_backend"]
+__all__ = ["AiterUnavailableError", "backend_classes", "require_aiter"]
 
 
 def backend_classes() -> tuple[type[Any], type[Any]]:
@@ -18,9 +18,3 @@ def backend_classes() -> tuple[type[Any], type[Any]]:
 
     return AiterExtAttnBackend, AiterExtMultiStepDraftBackend
 
-
-def create_backend(runner: Any) -> Any:
-    """Build the backend for ``runner``; raise :class:`AiterUnavailableError` off ROCm."""
-    require_aiter()
-    attn_cls, _ = backend_classes()
-    return attn_cls(runner)

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import Any
 
 sys.modules["aiter"] = None  # type: ignore[assignment]
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,9 @@ _tolerate_transformers_reregistration()
 import reference_kernels as ref  # noqa: E402
 import torch  # noqa: E402
 
+from tests.backend.decode_batch import Batch, DecodeBatch  # noqa: E402
 from tests.backend.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
+from tests.doubles import aiter_backend_imports  # noqa: E402
 
 PAGE = 16
 MAX_LEN = int(os.environ.get("POOL_GPU_MAX_LEN", "600"))
@@ -67,8 +69,7 @@ def install_kernel_doubles() -> Any:
     mod.paged_attention_ragged = ref.paged_attention_ragged
     mod.unified_attention = ref.unified_attention
     mod.mha_batch_prefill_func = ref.mha_batch_prefill_func
-    if not hasattr(mod, "reset_verify_attn_plan_cache"):
-        mod.reset_verify_attn_plan_cache = lambda: None
+    aiter_backend_imports.install(mod)
     return mod
 
 
@@ -104,18 +105,6 @@ def reference_decode(
     return torch.stack(outs)
 
 
-class Batch(SimpleNamespace):
-    """The ForwardBatch fields a backend reads; any other field reads as None (and is listed)."""
-
-    defaulted: ClassVar[set[str]] = set()
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        Batch.defaulted.add(name)
-        return None
-
-
 def make_layer(backend: Any) -> SimpleNamespace:
     return SimpleNamespace(
         tp_q_head_num=backend.num_head, tp_k_head_num=backend.num_kv_head,
@@ -124,52 +113,6 @@ def make_layer(backend: Any) -> SimpleNamespace:
         scaling=backend.head_dim**-0.5, sliding_window_size=None, k_scale=None, v_scale=None,
         is_cross_attention=False,
     )
-
-
-class DecodeBatch:
-    """Static inputs of one captured batch size, updated in place before each replay."""
-
-    def __init__(self, backend: Any, bs: int, device: str) -> None:
-        from sglang.srt.model_executor.forward_batch_info import ForwardMode
-
-        self.backend, self.bs = backend, bs
-        self.req_pool_indices = torch.zeros(bs, dtype=torch.int64, device=device)
-        self.seq_lens = torch.ones(bs, dtype=torch.int64, device=device)
-        self.q = torch.zeros(bs, backend.num_head * backend.head_dim, dtype=backend.input_dtype,
-                             device=device)
-        self.fb = Batch(
-            batch_size=bs, req_pool_indices=self.req_pool_indices, seq_lens=self.seq_lens,
-            seq_lens_cpu=self.seq_lens.cpu(), seq_lens_sum=bs, forward_mode=ForwardMode.DECODE,
-            spec_info=None, input_ids=torch.zeros(bs, dtype=torch.int64, device=device),
-            out_cache_loc=None, positions=None, encoder_lens=None, kv_loc_plan=None,
-        )
-
-    def set(self, reqs: list[int], lens: list[int], q: torch.Tensor) -> None:
-        fill = self.backend.get_cuda_graph_seq_len_fill_value()
-        pad = self.bs - len(reqs)
-        self.req_pool_indices.copy_(torch.tensor(reqs + [0] * pad))
-        self.seq_lens.copy_(torch.tensor(lens + [fill] * pad))
-        self.fb.seq_lens_cpu = self.seq_lens.cpu()
-        self.fb.seq_lens_sum = int(self.fb.seq_lens_cpu.sum())
-        self.q.zero_()
-        self.q[: len(reqs)].copy_(q.reshape(len(reqs), -1))
-
-    def metadata(self, in_capture: bool) -> None:
-        b, fb = self.backend, self.fb
-        if hasattr(b, "init_forward_metadata_out_graph"):
-            b.init_forward_metadata_out_graph(fb, in_capture=in_capture)
-        elif in_capture:
-            b.init_forward_metadata_capture_cuda_graph(
-                self.bs, self.bs, self.req_pool_indices, self.seq_lens, None, fb.forward_mode, None
-            )
-        else:
-            b.init_forward_metadata_replay_cuda_graph(
-                self.bs, self.req_pool_indices, self.seq_lens, fb.seq_lens_sum, None,
-                fb.forward_mode, None, fb.seq_lens_cpu,
-            )
-
-    def forward(self, layer: Any) -> torch.Tensor:
-        return self.backend.forward_decode(self.q, None, None, layer, self.fb, save_kv_cache=False)
 
 
 def build(kind: str, setup: Any, path: str) -> Any:

@@ -164,7 +164,10 @@ def _check_fixes(report: Report) -> None:
     if not switches.problems:
         state = "on" if switches.enabled else "off (SGLANG_AITER_EXT=0)"
         off = ", ".join(sorted(switches.disabled_fixes)) or "none"
-        report.add("switches", OK, f"plugin {state}; disabled fixes: {off}")
+        check = "on" if switches.bounds_check else "off"
+        report.add(
+            "switches", OK, f"plugin {state}; disabled fixes: {off}; batch bounds check: {check}"
+        )
     for status in statuses:
         level = FAIL if status.state is FixState.FAILED else OK
         text = status.state.value + (f": {status.detail}" if status.detail else "")

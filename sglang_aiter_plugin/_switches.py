@@ -2,9 +2,13 @@
 
 * ``SGLANG_AITER_EXT``: ``1`` (default) applies the fixes; ``0`` loads the plugin, changes nothing.
 * ``SGLANG_AITER_EXT_DISABLE``: comma-separated fix names to leave out (``reduce-scatter-tms``).
+* ``SGLANG_AITER_EXT_BOUNDS_CHECK``: ``0`` (default) or ``1``; ``1`` makes every CUDA-graph
+  metadata call of an ``aiter-ext`` backend check its batch size against the captured maximum.
 
-A bad value never takes sglang down: it is reported (variable, value, accepted values) in the
-plugin's log line and by ``sglang-aiter-plugin doctor``, which exits non-zero.
+At plugin load a bad value never takes sglang down: it is reported (variable, value, accepted
+values) in the plugin's log line and by ``sglang-aiter-plugin doctor``, which exits non-zero. The
+``aiter-ext`` backend reads ``SGLANG_AITER_EXT_BOUNDS_CHECK`` again when its CUDA-graph state is set
+up, and there a bad value is an error (:class:`SwitchValueError`): the user chose that backend.
 """
 
 from __future__ import annotations
@@ -13,10 +17,19 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["DISABLE_VAR", "ENABLE_VAR", "Switches", "read_switches"]
+__all__ = [
+    "BOUNDS_CHECK_VAR",
+    "DISABLE_VAR",
+    "ENABLE_VAR",
+    "SwitchValueError",
+    "Switches",
+    "bounds_check_requested",
+    "read_switches",
+]
 
 ENABLE_VAR = "SGLANG_AITER_EXT"
 DISABLE_VAR = "SGLANG_AITER_EXT_DISABLE"
+BOUNDS_CHECK_VAR = "SGLANG_AITER_EXT_BOUNDS_CHECK"
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -28,7 +41,32 @@ class Switches:
 
     enabled: bool = True
     disabled_fixes: frozenset[str] = frozenset()
+    bounds_check: bool = False
     problems: tuple[str, ...] = field(default=())
+
+
+class SwitchValueError(ValueError):
+    """An environment switch holds a value outside its accepted values."""
+
+
+def _parse_flag(var: str, raw: str | None, default: bool) -> bool:
+    """``raw`` as a boolean; empty or unset is ``default``; anything else raises."""
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise SwitchValueError(
+        f"{var}={raw!r} is not valid; accepted values: {', '.join(_TRUE + _FALSE)}"
+    )
+
+
+def bounds_check_requested(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``SGLANG_AITER_EXT_BOUNDS_CHECK`` asks for the batch-size check (strict)."""
+    env = os.environ if environ is None else environ
+    return _parse_flag(BOUNDS_CHECK_VAR, env.get(BOUNDS_CHECK_VAR), default=False)
 
 
 def read_switches(
@@ -42,17 +80,16 @@ def read_switches(
     env = os.environ if environ is None else environ
     problems: list[str] = []
 
-    enabled = True
-    raw = env.get(ENABLE_VAR)
-    if raw is not None and raw.strip() != "":
-        value = raw.strip().lower()
-        if value in _FALSE:
-            enabled = False
-        elif value not in _TRUE:
-            problems.append(
-                f"{ENABLE_VAR}={raw!r} is not valid; accepted values: "
-                f"{', '.join(_TRUE + _FALSE)} (kept the default, 1)"
-            )
+    try:
+        enabled = _parse_flag(ENABLE_VAR, env.get(ENABLE_VAR), default=True)
+    except SwitchValueError as exc:
+        enabled = True
+        problems.append(f"{exc} (kept the default, 1)")
+    try:
+        bounds_check = bounds_check_requested(env)
+    except SwitchValueError as exc:
+        bounds_check = False
+        problems.append(f"{exc} (kept the default, 0; an aiter-ext backend will refuse it)")
 
     known = sorted(set(known_fixes))
     disabled: set[str] = set()
@@ -66,4 +103,9 @@ def read_switches(
             problems.append(
                 f"{DISABLE_VAR} names unknown fix {item!r}; accepted names: {', '.join(known)}"
             )
-    return Switches(enabled=enabled, disabled_fixes=frozenset(disabled), problems=tuple(problems))
+    return Switches(
+        enabled=enabled,
+        disabled_fixes=frozenset(disabled),
+        bounds_check=bounds_check,
+        problems=tuple(problems),
+    )

@@ -36,6 +36,17 @@ def test_json_reports_every_probe(default_json, sglang_version) -> None:  # type
     assert checks["aiter"]["level"] == "warn"  # nobody selected aiter-ext
     assert checks["fix attention-backend"]["summary"].startswith("applied")
     assert "fix reduce-scatter-tms" in checks
+    assert checks["switches"]["summary"].endswith("batch bounds check: off")
+
+
+def test_bounds_check_is_shown_and_a_bad_value_fails() -> None:
+    on = doctor("--json", env={"SGLANG_AITER_EXT_BOUNDS_CHECK": "1"})
+    assert on.returncode == 0
+    checks = {c["name"]: c for c in json.loads(on.stdout)["checks"]}
+    assert checks["switches"]["summary"].endswith("batch bounds check: on")
+    bad = doctor(env={"SGLANG_AITER_EXT_BOUNDS_CHECK": "maybe"})
+    assert bad.returncode == 1
+    assert "SGLANG_AITER_EXT_BOUNDS_CHECK='maybe' is not valid" in bad.stdout
 
 
 def test_table_is_human_readable() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_aiter_plugin._switches import read_switches
+from sglang_aiter_plugin._switches import SwitchValueError, bounds_check_requested, read_switches
 
 KNOWN = ["attention-backend", "reduce-scatter-tms"]
 
@@ -35,3 +35,21 @@ def test_disable_list_parses_names_and_reports_unknown_ones() -> None:
     assert s.disabled_fixes == {"reduce-scatter-tms"}
     (problem,) = s.problems
     assert "'bogus'" in problem and "attention-backend, reduce-scatter-tms" in problem
+
+
+@pytest.mark.parametrize(("value", "want"), [("", False), ("0", False), ("1", True), ("On", True)])
+def test_bounds_check_values(value: str, want: bool) -> None:
+    s = read_switches(KNOWN, {"SGLANG_AITER_EXT_BOUNDS_CHECK": value})
+    assert s.bounds_check is want and not s.problems
+    assert bounds_check_requested({"SGLANG_AITER_EXT_BOUNDS_CHECK": value}) is want
+
+
+def test_bounds_check_garbage_is_a_problem_at_load_and_an_error_for_the_backend() -> None:
+    env = {"SGLANG_AITER_EXT_BOUNDS_CHECK": "always"}
+    s = read_switches(KNOWN, env)
+    assert s.enabled and not s.bounds_check
+    (problem,) = s.problems
+    assert "SGLANG_AITER_EXT_BOUNDS_CHECK='always'" in problem and "accepted values" in problem
+    assert "an aiter-ext backend will refuse it" in problem
+    with pytest.raises(SwitchValueError, match="SGLANG_AITER_EXT_BOUNDS_CHECK='always'"):
+        bounds_check_requested(env)

@@ -5,7 +5,9 @@ buffer it finds to a :class:`~sglang_aiter_plugin.backend.pool.BufferPool` and b
 and both prefill updaters' attributes to it. ``init_cuda_graph_state(max_bs, ...)`` grows the pool
 to ``max_bs`` rows *before* upstream runs (so upstream's own partial regrowth finds nothing to do),
 checks that no holder was left with an old tensor, and freezes the pool: CUDA graphs are captured
-against these addresses from then on. Metadata and forward methods are upstream's, untouched.
+against these addresses from then on. Metadata and forward methods are upstream's, untouched, unless
+``SGLANG_AITER_EXT_BOUNDS_CHECK=1`` asks for a batch-size check on this instance (see
+:mod:`~sglang_aiter_plugin.backend.bounds`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
 
+from sglang_aiter_plugin._switches import bounds_check_requested
+from sglang_aiter_plugin.backend.bounds import install_bounds_check
 from sglang_aiter_plugin.backend.buffers import discover
 from sglang_aiter_plugin.backend.pool import BufferPool
 
@@ -51,6 +55,7 @@ class AiterExtAttnBackend(AiterAttnBackend):  # type: ignore[misc]
         self, max_bs: int, max_num_tokens: int, *args: Any, **kw: Any
     ) -> None:
         pool = self.buffer_pool
+        check = bounds_check_requested()  # a bad value fails here, before anything changes
         pool.grow(max_bs, reason=f"init_cuda_graph_state(max_bs={max_bs})")
         if "kv_indptr" not in pool.specs and self.kv_indptr.shape[-1] < max_bs + 1:
             raise RuntimeError(
@@ -65,6 +70,8 @@ class AiterExtAttnBackend(AiterAttnBackend):  # type: ignore[misc]
                 f"sglang's init_cuda_graph_state replaced pool buffers behind the pool: {stale}"
             )
         pool.freeze(_FROZEN_REASON)
+        if check:
+            install_bounds_check(self, pool.capacity)
 
 
 def bind_backend(pool: BufferPool, backend: Any) -> None:

@@ -18,7 +18,9 @@ from typing import Any
 import torch
 from sglang.srt.layers.attention.aiter_backend import AiterMultiStepDraftBackend
 
+from sglang_aiter_plugin._switches import bounds_check_requested
 from sglang_aiter_plugin.backend.attn import AiterExtAttnBackend
+from sglang_aiter_plugin.backend.bounds import install_bounds_check
 from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill
 
 __all__ = ["AiterExtMultiStepDraftBackend"]
@@ -82,9 +84,12 @@ class AiterExtMultiStepDraftBackend(AiterMultiStepDraftBackend):  # type: ignore
     def init_cuda_graph_state(
         self, max_bs: int, max_num_tokens: int, *args: Any, **kw: Any
     ) -> None:
+        check = bounds_check_requested()
         self.buffer_pool.grow(max_bs, reason=f"draft init_cuda_graph_state(max_bs={max_bs})")
         super().init_cuda_graph_state(max_bs, max_num_tokens, *args, **kw)
         stale = self.buffer_pool.stale_bindings()
         if stale:
             raise RuntimeError(f"sglang replaced the draft kv_indptr behind the pool: {stale}")
         self.buffer_pool.freeze("CUDA graphs were captured against the current buffers")
+        if check:
+            install_bounds_check(self, self.buffer_pool.capacity)

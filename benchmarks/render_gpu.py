@@ -7,7 +7,7 @@ from typing import Any
 
 from benchmarks.render import _header
 
-__all__ = ["backend_gpu"]
+__all__ = ["backend_gpu", "bounds_check"]
 
 
 def backend_gpu(data: dict[str, Any], out_dir: Path) -> list[str]:
@@ -84,3 +84,26 @@ def _plot(data: dict[str, Any], out_dir: Path) -> str | None:
     fig.savefig(out_dir / name, dpi=120)
     plt.close(fig)
     return name
+
+
+def bounds_check(data: dict[str, Any], _: Path) -> list[str]:
+    lines = [f"## SGLANG_AITER_EXT_BOUNDS_CHECK on {data['gpu']}: per-step metadata cost", "",
+             *_header(data),
+             f"Two `aiter-ext` backends, one built with the check, same configuration as above "
+             f"(P = {data['pool']}, max_bs {data['max_bs']}). {data['rounds']} interleaved rounds "
+             "per point after 20 warm-up rounds; medians. Noise: the plain backend timed twice.",
+             ""]
+    for path, rows in data["paths"].items():
+        lines += [f"### {path} decode", "",
+                  "| n (graph bs) | CPU µs plain / checked | ratio | noise | Δ µs | "
+                  "GPU µs plain / checked | ratio | noise |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for n, r in rows.items():
+            c, g = r["cpu_us"], r["gpu_us"]
+            lines.append(
+                f"| {n} ({r['graph_bs']}) | {c['plain']['median']:.1f} / "
+                f"{c['checked']['median']:.1f} | **{r['ratio_cpu']:.3f}** | {r['noise_cpu']:.3f} "
+                f"| {r['delta_cpu_us']:+.2f} | {g['plain']['median']:.1f} / "
+                f"{g['checked']['median']:.1f} | **{r['ratio_gpu']:.3f}** | {r['noise_gpu']:.3f} |")
+        lines.append("")
+    return lines

@@ -243,6 +243,66 @@ def run_last_page_len(kind: str, setup: Any, pool: int, device: str) -> None:
          kv_last_page_len_entries=int(backend.kv_last_page_len.numel()))
 
 
+def run_above_max(kind: str, path: str, setup: Any, pool: int, device: str) -> None:
+    """One metadata call at ``max_bs + 2`` after graph set-up: what no sglang runner sends.
+
+    ``path`` is ``ragged``/``unified`` (the decode backend) or ``draft`` (the multi-step draft
+    wrapper, topk 1, 3 steps). ``SGLANG_AITER_EXT_BOUNDS_CHECK`` in the environment decides
+    whether the ``aiter-ext`` classes check the batch size.
+    """
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    bs = setup.max_bs + 2
+    if path == "draft":
+        if kind == "aiter-ext":
+            from sglang_aiter_plugin.backend.classes import AiterExtMultiStepDraftBackend as dcls
+        else:
+            from sglang.srt.layers.attention.aiter_backend import AiterMultiStepDraftBackend as dcls
+        target = dcls(setup.runner, 1, 3)
+        target.init_cuda_graph_state(setup.max_bs, setup.max_bs)
+        seq = torch.full((bs,), 9, device=device)
+        fb = Batch(batch_size=bs, seq_lens=seq, seq_lens_cpu=seq.cpu(), seq_lens_sum=9 * bs,
+                   req_pool_indices=torch.zeros(bs, dtype=torch.int64, device=device),
+                   positions=seq, forward_mode=ForwardMode.DECODE, spec_info=Batch(),
+                   input_ids=torch.zeros(bs, dtype=torch.int64, device=device),
+                   req_to_token_pool=setup.runner.req_to_token_pool)
+
+        def call() -> None:
+            if hasattr(target, "init_forward_metadata_out_graph"):
+                target.init_forward_metadata_out_graph(fb)
+            else:
+                target.init_forward_metadata_replay_cuda_graph(fb, bs)
+
+        watched = ["kv_indptr"]
+    else:
+        target = build(kind, setup, path)
+        batch = DecodeBatch(target, bs, device)
+        reqs, lens = decode_rows(setup, pool, bs, torch.Generator().manual_seed(2))
+        batch.set(reqs, lens, torch.zeros(len(reqs), target.num_head * target.head_dim))
+
+        def call() -> None:
+            batch.metadata(in_capture=False)
+
+        watched = [n for n in ("kv_indptr", "kv_last_page_len", "qo_indptr_unified_decode",
+                               "cuda_graph_kv_indices", "cuda_graph_page_table")
+                   if isinstance(getattr(target, n, None), torch.Tensor)]
+    before = {n: getattr(target, n).clone() for n in watched}
+    try:
+        call()
+        error = None
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"[:300]
+    if device == "cuda":
+        torch.cuda.synchronize()
+    changed = [n for n in watched if not torch.equal(before[n], getattr(target, n))]
+    record: dict[str, Any] = {}
+    if path == "draft":
+        record["row_starts"] = target.kv_indptr[:, 0].tolist()  # must stay 0
+    emit(part="above", kind=kind, path=path, pool=pool, max_bs=setup.max_bs, bs=bs,
+         check=os.environ.get("SGLANG_AITER_EXT_BOUNDS_CHECK", ""), error=error,
+         changed=changed, **record)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--parts", default="graphs,extend")
@@ -276,6 +336,9 @@ def main() -> None:
                         run_extend(kind, setup, args.pool, args.device)
                     elif part == "block16":
                         run_last_page_len(kind, setup, args.pool, args.device)
+                    elif part == "above":
+                        for path in args.paths.split(","):
+                            run_above_max(kind, path, setup, args.pool, args.device)
                 except Exception as exc:
                     emit(part=part, kind=kind, error=f"{type(exc).__name__}: {exc}"[:500])
 

@@ -31,3 +31,8 @@ for k in aiter-ext upstream; do
     job "extend-graphs-0.5.15-$k" 60 env PYTHONPATH=/tmp/sg15:${PYTHONPATH:-} python3 $G --parts extend,graphs --kinds $k
   fi
 done
+# 4. one metadata call above the captured maximum (ragged, unified, draft), without and with
+#    SGLANG_AITER_EXT_BOUNDS_CHECK, under memcheck
+for c in 0 1; do
+  job "memcheck-above-0.5.23-aiter-ext-check$c" 100 env SGLANG_AITER_EXT_BOUNDS_CHECK=$c "${MC[@]}" python3 $G --parts above --paths ragged,unified,draft --kinds aiter-ext
+done

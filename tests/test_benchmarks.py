@@ -21,6 +21,9 @@ def test_every_committed_result_renders_with_its_numbers(tmp_path: Path) -> None
         if data["benchmark"] == "backend_gpu":
             for p in data["paths"].values():
                 assert f"**{p['capture_ratio']:.3f}**" in text
+        if data["benchmark"] == "bounds_check":
+            for rows in data["paths"].values():
+                assert all(f"**{r['ratio_cpu']:.3f}**" in text for r in rows.values())
         if data["benchmark"] == "reduce_scatter_overhead":
             assert f"**{data['ratio_hooked_vs_upstream']:.3f}**" in text
 

@@ -89,10 +89,16 @@ load_plugins()
 print("RESULT " + json.dumps(state()))
 """
     result = run_python(
-        code, env={"SGLANG_AITER_EXT": "maybe", "SGLANG_AITER_EXT_DISABLE": "no-such-fix"}
+        code,
+        env={
+            "SGLANG_AITER_EXT": "maybe",
+            "SGLANG_AITER_EXT_DISABLE": "no-such-fix",
+            "SGLANG_AITER_EXT_BOUNDS_CHECK": "2",
+        },
     )
     assert result.returncode == 0
     assert result.data["choices"] == 1  # invalid value keeps the default: enabled
     assert "SGLANG_AITER_EXT='maybe' is not valid; accepted values: 1, true" in result.stderr
     assert "SGLANG_AITER_EXT_DISABLE names unknown fix 'no-such-fix'" in result.stderr
     assert "attention-backend" in result.stderr  # the accepted names are listed
+    assert "SGLANG_AITER_EXT_BOUNDS_CHECK='2' is not valid" in result.stderr

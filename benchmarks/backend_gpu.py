@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,21 @@ def _capture_all(backend: Any, setup: Any) -> float:
     return time.perf_counter() - t0
 
 
+def decode_batches(
+    backends: dict[str, Any], setup: Any, n: int, gen: torch.Generator
+) -> tuple[int, dict[str, Any]]:
+    """The same ``n`` real requests for each backend, in the smallest captured graph for ``n``."""
+    bs = min(b for b in setup.capture_bs if b >= n)
+    reqs, lens = harness.decode_rows(setup, POOL, n, gen)
+    batches = {}
+    for kind, backend in backends.items():
+        q = torch.randn(len(reqs), backend.num_head, backend.head_dim, generator=gen)
+        batch = harness.DecodeBatch(backend, bs, "cuda")
+        batch.set(reqs, lens, q.to(backend.input_dtype).cuda())
+        batches[kind] = batch
+    return bs, batches
+
+
 def run(path: str, setup: Any, rounds: int) -> dict[str, Any]:
     backends, held = {}, {}
     for kind in KINDS:
@@ -111,14 +127,7 @@ def run(path: str, setup: Any, rounds: int) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(3)
     per_n: dict[str, Any] = {}
     for n in REAL_REQUESTS:
-        bs = min(b for b in setup.capture_bs if b >= n)
-        batches = {}
-        reqs, lens = harness.decode_rows(setup, POOL, n, gen)
-        for kind, backend in backends.items():
-            q = torch.randn(len(reqs), backend.num_head, backend.head_dim, generator=gen)
-            batch = harness.DecodeBatch(backend, bs, "cuda")
-            batch.set(reqs, lens, q.to(backend.input_dtype).cuda())
-            batches[kind] = batch
+        bs, batches = decode_batches(backends, setup, n, gen)
         batches["aiter (again)"] = batches["aiter"]
         replay = _time_metadata(batches, False, rounds)
         capture = _time_metadata(batches, True, max(rounds // 3, 30))
@@ -153,11 +162,19 @@ def _summarise(t: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="aiter vs aiter-ext metadata cost on a GPU")
-    parser.add_argument("--rounds", type=int, default=300)
+def gpu_main(
+    benchmark: str,
+    description: str,
+    rounds: int,
+    run_path: Callable[[str, Any, int], Any],
+    argv: list[str] | None = None,
+) -> int:
+    """Parse the common options, configure sglang on the GPU, run ``run_path`` per decode path and
+    write ``benchmarks/results/<benchmark>.json`` (shared by the GPU benchmarks)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--paths", default="ragged,unified")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/backend_gpu.json")
+    parser.add_argument("--out", type=Path, default=ROOT / f"benchmarks/results/{benchmark}.json")
     args = parser.parse_args(argv)
     harness.install_kernel_doubles()
     import sglang
@@ -169,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     harness.fill_requests(setup.runner, POOL, seed=0)
     print(f"capture sizes {setup.capture_bs}, max_bs {setup.max_bs}, P {POOL}", file=sys.stderr)
     result: dict[str, Any] = {
-        "benchmark": "backend_gpu",
+        "benchmark": benchmark,
         "command": " ".join(["python3", *sys.argv]),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "gpu": torch.cuda.get_device_name(),
@@ -179,11 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     }
     with setup.scope:
         for path in args.paths.split(","):
-            result["paths"][path] = run(path, setup, args.rounds)
+            result["paths"][path] = run_path(path, setup, args.rounds)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"wrote {args.out}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return gpu_main("backend_gpu", "aiter vs aiter-ext metadata cost on a GPU", 300, run, argv)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,8 @@ one comparison, so it can only show on the CPU clock.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from benchmarks.backend_gpu import (
-    CAPTURE,
-    POOL,
     REAL_REQUESTS,
-    ROOT,
     _summary,
     _time_metadata,
+    decode_batches,
+    gpu_main,
     harness,
 )
-from tests.backend.sglang_setup import SCENARIOS, configure, write_model_dir
 
 VAR = "SGLANG_AITER_EXT_BOUNDS_CHECK"
 
@@ -54,14 +48,7 @@ def run(path: str, setup: Any, rounds: int) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(3)
     out: dict[str, Any] = {}
     for n in REAL_REQUESTS:
-        bs = min(b for b in setup.capture_bs if b >= n)
-        reqs, lens = harness.decode_rows(setup, POOL, n, gen)
-        batches = {}
-        for name, backend in backends.items():
-            q = torch.randn(len(reqs), backend.num_head, backend.head_dim, generator=gen)
-            batch = harness.DecodeBatch(backend, bs, "cuda")
-            batch.set(reqs, lens, q.to(backend.input_dtype).cuda())
-            batches[name] = batch
+        bs, batches = decode_batches(backends, setup, n, gen)
         batches["plain (again)"] = batches["plain"]
         timed = _time_metadata(batches, False, rounds)
         row: dict[str, Any] = {"graph_bs": bs}
@@ -78,35 +65,7 @@ def run(path: str, setup: Any, rounds: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="aiter-ext with vs without the bounds check")
-    parser.add_argument("--rounds", type=int, default=500)
-    parser.add_argument("--paths", default="ragged,unified")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/bounds_check.json")
-    args = parser.parse_args(argv)
-    harness.install_kernel_doubles()
-    import sglang
-    import triton
-
-    model_dir = write_model_dir(Path(tempfile.mkdtemp()) / "tiny-llama")
-    setup = configure(model_dir, SCENARIOS["two-batch-overlap"], (*harness.FLAGS, *CAPTURE),
-                      device="cuda", pool=POOL)
-    harness.fill_requests(setup.runner, POOL, seed=0)
-    result: dict[str, Any] = {
-        "benchmark": "bounds_check",
-        "command": " ".join(["python3", *sys.argv]),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__, "triton": triton.__version__, "sglang": sglang.__version__,
-        "pool": POOL, "capture_bs": setup.capture_bs, "max_bs": setup.max_bs,
-        "rounds": args.rounds, "paths": {},
-    }
-    with setup.scope:
-        for path in args.paths.split(","):
-            result["paths"][path] = run(path, setup, args.rounds)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
-    return 0
+    return gpu_main("bounds_check", "aiter-ext with vs without the bounds check", 500, run, argv)
 
 
 if __name__ == "__main__":

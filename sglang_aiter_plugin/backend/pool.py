@@ -185,9 +185,15 @@ class BufferPool:
     def grow(self, capacity: int, reason: str) -> bool:
         """Hold ``capacity`` rows; reallocate, announce and re-point if that is more than now.
 
-        Returns whether the pool grew. Raises :class:`PoolFrozenError` when it would have to grow
-        after :meth:`freeze`, and ``RuntimeError`` when an observer left a binding stale.
+        Returns whether the pool grew. Raises ``ValueError`` for fewer than one row,
+        :class:`PoolFrozenError` when it would have to grow after :meth:`freeze`, and
+        ``RuntimeError`` when an observer left a binding stale.
         """
+        if capacity < 1:
+            raise ValueError(
+                f"{type(self.owner).__name__}: cannot size its per-batch buffers for {capacity} "
+                f"rows ({reason}); a CUDA-graph batch size is at least 1"
+            )
         if capacity <= self._capacity:
             return False
         if self._frozen is not None:

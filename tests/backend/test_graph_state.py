@@ -178,3 +178,24 @@ def test_padded_graph_batch_mla(
     backend = _build(kind, mla_setup, "ragged", monkeypatch)
     assert "qo_indptr_" in backend.test_buffer_names
     CHECKS[check](backend, mla_setup.max_bs)
+
+
+@pytest.mark.parametrize("sglang_setup", ["two-batch-overlap"], indirect=True)
+@pytest.mark.parametrize("max_bs", [0, -2])
+def test_a_graph_batch_below_one_row_is_refused_before_upstream_runs(
+    sglang_setup: Setup, max_bs: int
+) -> None:
+    from sglang_aiter_plugin.backend.classes import (
+        AiterExtAttnBackend,
+        AiterExtMultiStepDraftBackend,
+    )
+
+    for backend in (
+        AiterExtAttnBackend(sglang_setup.runner),
+        AiterExtMultiStepDraftBackend(sglang_setup.runner, 1, 3),
+    ):
+        before = backend.kv_indptr
+        with pytest.raises(ValueError, match=rf"for {max_bs} rows .*max_bs={max_bs}.* at least 1"):
+            backend.init_cuda_graph_state(max_bs, 1)
+        assert backend.kv_indptr is before and not backend.buffer_pool.frozen
+        assert getattr(backend, "cuda_graph_kv_indices", None) is None  # upstream never ran

@@ -150,6 +150,11 @@ def test_bad_input_is_named() -> None:
     pool, _, _ = make_pool()
     with pytest.raises(KeyError, match="owns no buffer 'nope'"):
         pool.tensor("nope")
+    before = {n: pool.tensor(n) for n in pool.names()}
+    for size in (0, -4):
+        with pytest.raises(ValueError, match=f"for {size} rows \\(test\\); .* at least 1"):
+            pool.grow(size, reason="test")
+    assert pool.capacity == 3 and all(pool.tensor(n) is t for n, t in before.items())
 
 
 def test_the_builtin_observer_is_registered_in_every_manager() -> None:

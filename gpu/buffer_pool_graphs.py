@@ -50,7 +50,12 @@ _tolerate_transformers_reregistration()
 import reference_kernels as ref  # noqa: E402
 import torch  # noqa: E402
 
-from tests.backend.decode_batch import Batch, DecodeBatch  # noqa: E402
+from tests.backend.decode_batch import (  # noqa: E402
+    Batch,
+    DecodeBatch,
+    draft_batch,
+    draft_metadata,
+)
 from tests.backend.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
 from tests.doubles import aiter_backend_imports  # noqa: E402
 
@@ -250,8 +255,6 @@ def run_above_max(kind: str, path: str, setup: Any, pool: int, device: str) -> N
     wrapper, topk 1, 3 steps). ``SGLANG_AITER_EXT_BOUNDS_CHECK`` in the environment decides
     whether the ``aiter-ext`` classes check the batch size.
     """
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
-
     bs = setup.max_bs + 2
     if path == "draft":
         if kind == "aiter-ext":
@@ -260,18 +263,10 @@ def run_above_max(kind: str, path: str, setup: Any, pool: int, device: str) -> N
             from sglang.srt.layers.attention.aiter_backend import AiterMultiStepDraftBackend as dcls
         target = dcls(setup.runner, 1, 3)
         target.init_cuda_graph_state(setup.max_bs, setup.max_bs)
-        seq = torch.full((bs,), 9, device=device)
-        fb = Batch(batch_size=bs, seq_lens=seq, seq_lens_cpu=seq.cpu(), seq_lens_sum=9 * bs,
-                   req_pool_indices=torch.zeros(bs, dtype=torch.int64, device=device),
-                   positions=seq, forward_mode=ForwardMode.DECODE, spec_info=Batch(),
-                   input_ids=torch.zeros(bs, dtype=torch.int64, device=device),
-                   req_to_token_pool=setup.runner.req_to_token_pool)
+        fb = draft_batch(setup.runner, bs, device)
 
         def call() -> None:
-            if hasattr(target, "init_forward_metadata_out_graph"):
-                target.init_forward_metadata_out_graph(fb)
-            else:
-                target.init_forward_metadata_replay_cuda_graph(fb, bs)
+            draft_metadata(target, fb)
 
         watched = ["kv_indptr"]
     else:

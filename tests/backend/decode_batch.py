@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import torch
 
-__all__ = ["Batch", "DecodeBatch"]
+__all__ = ["Batch", "DecodeBatch", "draft_batch", "draft_metadata"]
 
 
 class Batch(SimpleNamespace):
@@ -71,3 +71,26 @@ class DecodeBatch:
 
     def forward(self, layer: Any) -> torch.Tensor:
         return self.backend.forward_decode(self.q, None, None, layer, self.fb, save_kv_cache=False)
+
+
+def draft_batch(runner: Any, bs: int, device: str, seq_len: int = 9) -> Batch:
+    """What the EAGLE draft graph runner hands the multi-step draft wrapper for ``bs`` sequences
+    of ``seq_len`` tokens each (all in request slot 0)."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    seq = torch.full((bs,), seq_len, device=device)
+    return Batch(
+        batch_size=bs, seq_lens=seq, seq_lens_cpu=seq.cpu(), seq_lens_sum=seq_len * bs,
+        req_pool_indices=torch.zeros(bs, dtype=torch.int64, device=device), positions=seq,
+        forward_mode=ForwardMode.DECODE, spec_info=Batch(),
+        input_ids=torch.zeros(bs, dtype=torch.int64, device=device),
+        req_to_token_pool=runner.req_to_token_pool,
+    )
+
+
+def draft_metadata(draft: Any, fb: Batch) -> None:
+    """The draft wrapper's replay-time metadata call (0.5.18+: ``out_graph``; older: replay)."""
+    if hasattr(draft, "init_forward_metadata_out_graph"):
+        draft.init_forward_metadata_out_graph(fb)
+    else:
+        draft.init_forward_metadata_replay_cuda_graph(fb, fb.batch_size)

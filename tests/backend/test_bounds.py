@@ -182,11 +182,10 @@ def test_sglangs_metadata_code_behind_the_check(path: str) -> None:
 
 DRAFT = """
 import pathlib, tempfile, torch
-from tests.backend.decode_batch import Batch
+from tests.backend.decode_batch import draft_batch, draft_metadata
 from tests.backend.sglang_setup import SCENARIOS, configure, write_model_dir
 from tests.doubles import aiter_backend_imports
 from sglang.srt.layers.attention import aiter_backend
-from sglang.srt.model_executor.forward_batch_info import ForwardMode
 from sglang_aiter_plugin.backend.bounds import METADATA_METHODS
 aiter_backend_imports.install(aiter_backend)
 model_dir = write_model_dir(pathlib.Path(tempfile.mkdtemp()) / "m")
@@ -196,18 +195,10 @@ with setup.scope:
     draft = AiterExtMultiStepDraftBackend(setup.runner, 1, 3)
     draft.init_cuda_graph_state(setup.max_bs, setup.max_bs)
     def replay(bs):  # the draft graph runner's metadata call for one replay
-        seq = torch.full((bs,), 9)
-        fb = Batch(batch_size=bs, seq_lens=seq, seq_lens_cpu=seq, seq_lens_sum=9 * bs,
-                   req_pool_indices=torch.zeros(bs, dtype=torch.int64), positions=seq,
-                   forward_mode=ForwardMode.DECODE, spec_info=Batch(),
-                   input_ids=torch.zeros(bs, dtype=torch.int64),
-                   req_to_token_pool=setup.runner.req_to_token_pool)
+        fb = draft_batch(setup.runner, bs, "cpu")
         before = draft.kv_indptr.clone()
         try:
-            if hasattr(draft, "init_forward_metadata_out_graph"):
-                draft.init_forward_metadata_out_graph(fb)
-            else:
-                draft.init_forward_metadata_replay_cuda_graph(fb, bs)
+            draft_metadata(draft, fb)
             error = None
         except Exception as exc:
             error = [type(exc).__name__, str(exc)]

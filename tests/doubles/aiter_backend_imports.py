@@ -2,7 +2,7 @@
 
 The module imports them inside its ``try: import aiter ...`` block, so on a machine without ROCm
 they are undefined and the metadata code fails on the first call. ``reset_verify_attn_plan_cache``
-X clears a per-step plan cache;
+(sglang's own, from its unified-attention verify kernels, 0.5.20+) clears a per-step plan cache;
 the metadata paths exercised here never fill it, so doing nothing is faithful.
 """
 

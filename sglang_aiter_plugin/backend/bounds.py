@@ -62,38 +62,23 @@ def install_bounds_check(backend: Any, capacity: int) -> list[str]:
     return checked
 
 
-def _batch_size_reader(method: Callable[..., Any], name: str) -> Callable[..., int]:
-    """A function of a call's ``(args, kwargs)`` returning its batch size."""
-    params = list(inspect.signature(method).parameters)
-    for wanted, read in (("bs", int), ("forward_batch", lambda fb: int(fb.batch_size))):
-        if wanted in params:
-            pos = params.index(wanted)
-
-            def reader(
-                args: tuple[Any, ...],
-                kw: dict[str, Any],
-                pos: int = pos,
-                key: str = wanted,
-                read: Callable[[Any], int] = read,
-            ) -> int:
-                return read(args[pos] if len(args) > pos else kw[key])
-
-            return reader
-    raise RuntimeError(
-        f"{name}{inspect.signature(method)} takes neither 'bs' nor 'forward_batch'; this sglang "
-        "changed its metadata interface, so SGLANG_AITER_EXT_BOUNDS_CHECK=1 cannot check it. "
-        "Unset the variable (or report the sglang release to sglang-aiter-plugin)."
-    )
-
-
 def _checked(
     method: Callable[..., Any], name: str, owner: str, capacity: int
 ) -> Callable[..., Any]:
-    batch_size = _batch_size_reader(method, name)
+    params = list(inspect.signature(method).parameters)
+    key = next((k for k in ("bs", "forward_batch") if k in params), None)
+    if key is None:
+        raise RuntimeError(
+            f"{name}{inspect.signature(method)} takes neither 'bs' nor 'forward_batch'; this "
+            "sglang changed its metadata interface, so SGLANG_AITER_EXT_BOUNDS_CHECK=1 cannot "
+            "check it. Unset the variable (or report the sglang release to sglang-aiter-plugin)."
+        )
+    pos, of_batch = params.index(key), key == "forward_batch"
 
     @functools.wraps(method)
     def checked(*args: Any, **kw: Any) -> Any:
-        bs = batch_size(args, kw)
+        given = args[pos] if len(args) > pos else kw[key]
+        bs = given.batch_size if of_batch else given
         if bs > capacity:
             raise BatchTooLargeError(
                 f"{owner}.{name}: a batch of {bs} rows, but CUDA graphs were captured for at most "

@@ -1,0 +1,104 @@
+"""Run one of sglang's functions with some of the names it looks up resolved to other objects.
+
+Why this exists (the one place that says it): the plugin needs sglang's *own* code to build the
+plugin's classes (``AiterAttnBackend`` -> ``AiterExtAttnBackend``) and its probes need sglang's own
+code to see a simulated platform (``is_hip`` -> ``True``). sglang finds those names at call time,
+either in its module's globals or through a ``from <module> import <name>`` inside the function.
+Rebinding the module attribute would change the name for every thread and every caller until it is
+put back; patching sglang's source is not an option. :func:`rebound` instead makes a *copy* of the
+function over a copy of its globals in which the given names, and the same names imported inside
+the function from ``module``, resolve to the given objects. Nothing sglang (or anyone else) reads is
+modified, so there is nothing to restore and no other thread can observe it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["RebindError", "rebound"]
+
+
+class RebindError(RuntimeError):
+    """The function no longer looks up a name the plugin must resolve differently."""
+
+
+class _ModuleView:
+    """``module`` except for ``names``: what ``from module import name`` sees inside the copy."""
+
+    __slots__ = ("_module", "_names")
+
+    def __init__(self, module: types.ModuleType, names: Mapping[str, Any]) -> None:
+        self._module = module
+        self._names = names
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._names:
+            return self._names[name]
+        return getattr(self._module, name)
+
+
+def _importer(module: str, names: Mapping[str, Any]) -> Callable[..., Any]:
+    real_import = builtins.__import__
+
+    def __import__(  # noqa: N807 - it stands in for the builtin of that name
+        name: str,
+        globals: Mapping[str, Any] | None = None,  # noqa: A002
+        locals: Mapping[str, Any] | None = None,  # noqa: A002
+        fromlist: tuple[str, ...] | list[str] | None = (),
+        level: int = 0,
+    ) -> Any:
+        imported = real_import(name, globals, locals, fromlist, level)
+        if level == 0 and name == module and fromlist and any(n in names for n in fromlist):
+            return _ModuleView(imported, names)
+        return imported
+
+    return __import__
+
+
+def rebound(
+    fn: Callable[..., Any],
+    names: Mapping[str, Any],
+    *,
+    module: str | None = None,
+    strict: bool = True,
+) -> Callable[..., Any]:
+    """A copy of ``fn`` in which each of ``names`` resolves to the given object.
+
+    Global lookups of those names see the given objects; with ``module``, so does
+    ``from <module> import <name>`` inside ``fn``. ``strict`` (the default) raises
+    :class:`RebindError` when ``fn``'s code does not mention one of the names: the sglang release
+    changed how it finds that object, and the copy would silently use sglang's.
+    """
+    return _rebound(fn, tuple(sorted(names.items(), key=lambda kv: kv[0])), module, strict)
+
+
+@functools.lru_cache(maxsize=64)
+def _rebound(
+    fn: Callable[..., Any], items: tuple[tuple[str, Any], ...], module: str | None, strict: bool
+) -> Callable[..., Any]:
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"can only rebind plain Python functions, not {type(fn).__name__}")
+    names = dict(items)
+    code = fn.__code__
+    if strict:
+        missing = sorted(n for n in names if n not in code.co_names)
+        if missing:
+            raise RebindError(
+                f"{fn.__module__}.{fn.__qualname__} no longer looks up {missing}; this sglang "
+                "release builds those objects another way, so sglang-aiter-plugin cannot make it "
+                "build its own. Please report the sglang release."
+            )
+    namespace = dict(fn.__globals__)
+    namespace.update(names)
+    if module is not None:
+        namespace["__builtins__"] = {**vars(builtins), "__import__": _importer(module, names)}
+    copy = types.FunctionType(code, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__qualname__ = fn.__qualname__
+    copy.__doc__ = fn.__doc__
+    copy.__wrapped__ = fn  # type: ignore[attr-defined]
+    return copy

@@ -30,12 +30,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "gpu"))
-import buffer_pool_graphs as harness  # noqa: E402  (also blocks aiter and sets sys.path)
-import torch  # noqa: E402
+import torch
 
-from tests.backend.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
+from gpu import buffer_pool_graphs as harness  # blocks aiter first
+from testkit.sglang_setup import SCENARIOS, configure, write_model_dir
+
+ROOT = Path(__file__).resolve().parents[1]
 
 POOL = 129
 REAL_REQUESTS = (1, 8, 32, 128, POOL)

@@ -1,12 +1,12 @@
 """Per-call cost of the ``reduce-scatter-tms`` hook on the eager path (CPU).
 
 Calls sglang's real ``GroupCoordinator._maybe_aiter_reduce_scatter`` with the recording
-communicator double (``tests/doubles/communicator.py``), eagerly (not capturing: the path every
+communicator double (``testkit/doubles/communicator.py``), eagerly (not capturing: the path every
 decode step outside CUDA graphs takes), through the hook and below it (``inspect.unwrap``),
 interleaved, and reports ns per call and the ratio. The noise is the same variant timed twice.
 A do-nothing AROUND hook applied by sglang's own ``HookRegistry`` wrapper is timed too: it
 is the floor of any hook registered through sglang's mechanism. A second process swaps in a
-method that honours every switch (``tests/doubles/future_reduce_scatter.py``): the probe must
+method that honours every switch (``testkit/doubles/future_reduce_scatter.py``): the probe must
 say ``not needed`` and install nothing.
 
     tools/with-sglang 0.5.15 .venv/bin/python benchmarks/reduce_scatter_overhead.py
@@ -36,7 +36,7 @@ import sys, json
 sys.modules.setdefault("aiter", None)
 sys.path.insert(0, %(root)r)
 from sglang.srt.distributed import parallel_state as ps
-from tests.doubles.future_reduce_scatter import honouring_every_switch
+from testkit.doubles.future_reduce_scatter import honouring_every_switch
 ps.GroupCoordinator._maybe_aiter_reduce_scatter = honouring_every_switch
 from sglang.srt.plugins import load_plugins
 from sglang.srt.plugins.hook_registry import HookRegistry
@@ -60,7 +60,7 @@ def _setup() -> tuple[Any, Any, Any, Any, dict[str, Any]]:
 
     load_plugins()
     from sglang_aiter_plugin._registration import last_statuses
-    from tests.doubles.communicator import RecordingCommunicator
+    from testkit.doubles.communicator import RecordingCommunicator
 
     status = {s.name: s for s in last_statuses()}["reduce-scatter-tms"]
     ps.is_hip = lambda: True  # ROCm cannot exist here; sglang's eager path needs it
@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         "upstream": lambda: upstream(coordinator, out, inp),
         "upstream (again)": lambda: upstream(coordinator, out, inp),
     }
-    assert variants["hooked"]() is True and variants["upstream"]() is True
+    assert variants["hooked"]() is True
+    assert variants["upstream"]() is True
     samples: dict[str, list[float]] = {k: [] for k in variants}
     for i in range(args.repeats):
         for name, fn in variants.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmarks.render import _header
+from benchmarks._format import _header
 
 __all__ = ["backend_gpu", "bounds_check"]
 

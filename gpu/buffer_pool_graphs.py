@@ -29,8 +29,6 @@ from typing import Any
 
 sys.modules["aiter"] = None  # type: ignore[assignment]
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "gpu"))
 
 
 def _tolerate_transformers_reregistration() -> None:
@@ -47,17 +45,17 @@ def _tolerate_transformers_reregistration() -> None:
 
 _tolerate_transformers_reregistration()
 
-import reference_kernels as ref  # noqa: E402
 import torch  # noqa: E402
 
-from tests.backend.decode_batch import (  # noqa: E402
+from gpu import reference_kernels as ref  # noqa: E402
+from testkit.decode_batch import (  # noqa: E402
     Batch,
     DecodeBatch,
     draft_batch,
     draft_metadata,
 )
-from tests.backend.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
-from tests.doubles import aiter_backend_imports  # noqa: E402
+from testkit.doubles import aiter_backend_imports  # noqa: E402
+from testkit.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
 
 PAGE = 16
 MAX_LEN = int(os.environ.get("POOL_GPU_MAX_LEN", "600"))

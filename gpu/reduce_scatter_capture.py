@@ -2,7 +2,7 @@
 
 Every process loads the plugin through sglang's real ``load_plugins()`` (so the hook is the one
 sglang's ``HookRegistry`` applied), builds a real ``GroupCoordinator`` (without process groups)
-holding the reducing communicator double (``tests/doubles/reducing_communicator.py``), and
+holding the reducing communicator double (``testkit/doubles/reducing_communicator.py``), and
 calls sglang's own ``GroupCoordinator.reduce_scatter_tensor``:
 
 * eagerly (sglang: unregistered reduction);
@@ -80,7 +80,7 @@ def worker(mode: str, rank: int, world: int) -> list[dict[str, Any]]:
     from sglang.srt.distributed import parallel_state as ps
 
     from sglang_aiter_plugin._registration import last_statuses
-    from tests.doubles.reducing_communicator import ReducingCommunicator
+    from testkit.doubles.reducing_communicator import ReducingCommunicator
 
     ps.is_hip = lambda: True  # the platform is the one simulated fact (see the docstring)
     device = torch.device("cuda", rank)

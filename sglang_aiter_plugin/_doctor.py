@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 
 from packaging.version import Version
 
-from sglang_aiter_plugin._sglang import Support, installed_sglang_version, support_of
+from sglang_aiter_plugin._sglang import (
+    SUPPORTED_RANGE,
+    Support,
+    installed_sglang_version,
+    support_of,
+)
 from sglang_aiter_plugin._status import FixState
 from sglang_aiter_plugin._version import __version__
 
@@ -48,10 +53,11 @@ class Report:
 def collect(selected_backend: str | None = None) -> Report:
     """Run every probe. ``selected_backend`` is the backend the user intends to launch with."""
     report = Report()
+    discovery = _start_discovery()  # a fresh interpreter, running while this one probes
     report.add("plugin", INFO, f"sglang-aiter-plugin {__version__}")
     _check_sglang(report)
     _check_platform(report, selected_backend)
-    _check_discovery(report)
+    _check_discovery(report, discovery)
     _check_fixes(report)
     report.add("naming", INFO, naming_note(installed_sglang_version()))
     return report
@@ -85,7 +91,7 @@ def _check_sglang(report: Report) -> None:
     if support is Support.UNTESTED:
         summary += "; the plugin's fixes probe behaviour, but this release was never tested"
     elif support in (Support.UNSUPPORTED, Support.MISSING):
-        summary += "; supported releases: 0.5.11 to 0.5.23"
+        summary += f"; supported releases: {SUPPORTED_RANGE}"
     report.add("sglang", level, summary)
 
 
@@ -128,14 +134,18 @@ _DISCOVERY_PROBE = textwrap.dedent(
 )
 
 
-def _check_discovery(report: Report) -> None:
+def _start_discovery() -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _DISCOVERY_PROBE],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+    )
+
+
+def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> None:
     """Ask sglang's own loader, in a fresh interpreter with this environment, what it loads."""
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _DISCOVERY_PROBE],
-            capture_output=True, text=True, timeout=300, env=dict(os.environ),
-        )
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        out, _ = proc.communicate(timeout=300)
+        result = json.loads(out.strip().splitlines()[-1])
     except Exception as exc:
         report.add("discovery", FAIL, f"could not run sglang's plugin loader: {exc!r}")
         return
@@ -156,9 +166,18 @@ def _check_discovery(report: Report) -> None:
 
 
 def _check_fixes(report: Report) -> None:
-    from sglang_aiter_plugin._registration import run_fixes
+    """Each fix's outcome once sglang has imported what it imports at launch."""
+    import importlib
+
+    from sglang_aiter_plugin._registration import last_statuses, run_fixes
 
     switches, statuses = run_fixes()
+    for module in {m for s in statuses if s.state is FixState.PENDING for m in s.waiting_for}:
+        try:  # what sglang's launcher and schedulers do; the pending fixes complete (or fail)
+            importlib.import_module(module)
+        except Exception as exc:
+            report.add("fixes", WARN, f"cannot import {module} as sglang would: {exc!r}")
+    statuses = last_statuses() or statuses
     for problem in switches.problems:
         report.add("switches", FAIL, problem)
     if not switches.problems:

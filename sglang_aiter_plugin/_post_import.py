@@ -3,6 +3,10 @@
 The plugin must change sglang's module-level lists (the CLI choices, the backend registry) before
 sglang uses them, but importing those modules at plugin load would cost seconds in processes that
 never need them. A post-import hook does the work exactly when the module first loads.
+
+The hook leaves nothing behind: its finder sits in ``sys.meta_path`` only while a callback is
+pending, and a module it saw loading gets its own loader back on ``__spec__`` / ``__loader__``
+once its callbacks ran.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ def when_imported(module_name: str, callback: _Callback) -> bool:
 def _run_pending(module_name: str) -> None:
     with _lock:
         callbacks = _pending.pop(module_name, [])
+        if not _pending:
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]
     module = sys.modules.get(module_name)
     if module is None:
         return
@@ -65,7 +71,14 @@ class _Loader(importlib.abc.Loader):
         return self._wrapped.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
-        self._wrapped.exec_module(module)
+        spec = module.__spec__
+        try:
+            self._wrapped.exec_module(module)
+        finally:  # the module keeps its own loader, not this wrapper
+            if spec is not None and spec.loader is self:
+                spec.loader = self._wrapped
+            if getattr(module, "__loader__", None) is self:
+                module.__loader__ = self._wrapped
         _run_pending(self._name)
 
     def __getattr__(self, item: str) -> Any:  # get_source, is_package, ... for tools

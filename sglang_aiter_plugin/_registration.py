@@ -1,4 +1,9 @@
-"""``register()``: what sglang's plugin loader calls in every process that loads plugins."""
+"""``register()``: what sglang's plugin loader calls in every process that loads plugins.
+
+Each fix reports a :class:`~sglang_aiter_plugin._status.FixStatus`. A fix whose work waits for
+sglang to import a module reports ``pending`` and, when that happens, its final outcome: the
+statuses kept here are replaced then, so the log and ``doctor`` always show what happened last.
+"""
 
 from __future__ import annotations
 
@@ -16,40 +21,60 @@ __all__ = ["last_statuses", "register", "run_fixes"]
 logger = logging.getLogger("sglang_aiter_plugin")
 
 _lock = threading.RLock()
-_statuses: list[FixStatus] | None = None
+_statuses: dict[str, FixStatus] | None = None
+_switches: Switches | None = None
 
 
 def run_fixes() -> tuple[Switches, list[FixStatus]]:
     """Read the switches and apply every fix once per process (re-entrant, idempotent)."""
-    global _statuses
-    builtin = [name for name, _ in BUILTIN_FIXES]
-    switches = read_switches(builtin)
-    if not switches.enabled:
-        # Switched off: touch nothing, not even the plugin manager (pluggy, entry-point scan);
-        # third-party fix names are unknown then, so the disable list is not checked.
-        switches = Switches(enabled=False, disabled_fixes=switches.disabled_fixes)
-        with _lock:
-            if _statuses is None:
-                _statuses = [FixStatus(n, FixState.DISABLED, f"{ENABLE_VAR}=0") for n in builtin]
-            return switches, list(_statuses)
-    from sglang_aiter_plugin.plugin.manager import get_manager
-    from sglang_aiter_plugin.plugin.spec import FixContext
+    global _statuses, _switches
+    with _lock:
+        if _statuses is not None and _switches is not None:
+            return _switches, list(_statuses.values())
+        builtin = [name for name, _ in BUILTIN_FIXES]
+        switches = read_switches(builtin)
+        if not switches.enabled:
+            # Switched off: touch nothing, not even the plugin manager (pluggy, entry-point scan);
+            # third-party fix names are unknown then, so the disable list is not checked.
+            _switches = Switches(enabled=False, disabled_fixes=switches.disabled_fixes)
+            _statuses = {n: FixStatus(n, FixState.DISABLED, f"{ENABLE_VAR}=0") for n in builtin}
+            return _switches, list(_statuses.values())
+        from sglang_aiter_plugin.plugin.manager import fix_sources, get_manager
+        from sglang_aiter_plugin.plugin.spec import FixContext
 
-    manager = get_manager()
-    switches = read_switches(manager.fix_names())
+        sources, problems = fix_sources()
+        _switches = read_switches([s.name for s in sources])
+        manager = get_manager(sources, blocked=_switches.disabled_fixes, problems=problems)
+        _statuses = {}
+        context = FixContext(
+            plugin_version=__version__,
+            sglang_version=installed_sglang_version(),
+            report=_report_later,
+        )
+        for status in manager.apply_fixes(context):
+            _statuses.setdefault(status.name, status)
+        return _switches, list(_statuses.values())
+
+
+def _report_later(status: FixStatus) -> None:
+    """A pending fix's outcome: replace its status; log it once it is final."""
     with _lock:
         if _statuses is None:
-            context = FixContext(
-                plugin_version=__version__, sglang_version=installed_sglang_version()
-            )
-            _statuses = manager.apply_fixes(context, switches)
-        return switches, list(_statuses)
+            return
+        _statuses[status.name] = status
+    if status.state is FixState.PENDING:
+        return
+    _ensure_visible_logging()
+    if status.state is FixState.FAILED:
+        logger.warning("sglang-aiter-plugin: %s", status)
+    else:
+        logger.info("sglang-aiter-plugin: %s", status)
 
 
 def last_statuses() -> list[FixStatus] | None:
-    """The statuses of this process's ``register()``, or ``None`` if it has not run."""
+    """The statuses of this process's fixes, as of now, or ``None`` if none ran."""
     with _lock:
-        return None if _statuses is None else list(_statuses)
+        return None if _statuses is None else list(_statuses.values())
 
 
 def register() -> None:
@@ -89,18 +114,30 @@ def _log_summary(switches: Switches, statuses: list[FixStatus]) -> None:
             logger.warning("sglang-aiter-plugin: fix %s failed: %s", status.name, status.detail)
 
 
-def _ensure_visible_logging() -> None:
-    """Make the plugin's INFO line visible in sglang's processes.
+class _UntilConfigured(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes the plugin's records only while the application has configured no logging.
 
-    sglang configures logging only after plugins load (and at import leaves the root logger at
-    WARNING), so an INFO line would be dropped. Raise only this logger's own level, and add a
-    handler only when nothing at all is configured; an explicit configuration of this logger wins.
+    sglang configures logging after plugins load, so the start-up line would otherwise vanish.
+    Records still propagate: once the root logger has a handler, that handler (the
+    application's) prints them and this one stays silent, so nothing is printed twice.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if logging.getLogger().handlers:
+            return
+        super().emit(record)
+
+
+def _ensure_visible_logging() -> None:
+    """Make the plugin's INFO lines visible without taking over the application's logging.
+
+    Only this logger's own level is raised, and only while nobody set it; the handler added
+    here steps aside once the application configures logging (:class:`_UntilConfigured`).
     """
     if logger.level == logging.NOTSET and logger.getEffectiveLevel() > logging.INFO:
         logger.setLevel(logging.INFO)
-    if logger.handlers or logging.getLogger().handlers:
+    if any(isinstance(h, _UntilConfigured) for h in logger.handlers):
         return
-    handler = logging.StreamHandler()
+    handler = _UntilConfigured()
     handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(name)s: %(message)s"))
     logger.addHandler(handler)
-    logger.propagate = False

@@ -7,18 +7,23 @@ from importlib.metadata import PackageNotFoundError, version
 
 from packaging.version import InvalidVersion, Version
 
+from sglang_aiter_plugin import _releases
+
 __all__ = [
     "NEWEST_TESTED",
     "OLDEST_SUPPORTED",
+    "SUPPORTED_RANGE",
     "Support",
     "installed_sglang_version",
     "support_of",
 ]
 
-OLDEST_SUPPORTED = Version("0.5.11")
+OLDEST_SUPPORTED = Version(_releases.OLDEST_SUPPORTED)
 """The first release with ``sglang.srt.plugins`` (absent in 0.5.10)."""
-NEWEST_TESTED = Version("0.5.23")
+NEWEST_TESTED = Version(_releases.NEWEST_TESTED)
 """The newest release the compatibility matrix covers."""
+SUPPORTED_RANGE = f"{_releases.OLDEST_SUPPORTED} to {_releases.NEWEST_TESTED}"
+"""The supported releases, as a phrase for messages."""
 
 
 class Support(str, enum.Enum):
@@ -43,7 +48,7 @@ def support_of(v: Version | None) -> Support:
     if v is None:
         return Support.MISSING
     release = Version(v.base_version)
-    if release < OLDEST_SUPPORTED or release >= Version("0.6"):
+    if release < OLDEST_SUPPORTED or release >= Version(_releases.SUPPORTED_BELOW):
         return Support.UNSUPPORTED
     if release > NEWEST_TESTED:
         return Support.UNTESTED

@@ -12,7 +12,9 @@ class FixState(str, enum.Enum):
     """What happened to one fix in this process."""
 
     APPLIED = "applied"
-    """The fix is installed (or will be when sglang applies its registered hooks)."""
+    """The fix's changes are in place in this process."""
+    PENDING = "pending"
+    """Part of the fix waits for sglang to import the module it changes; it reports again then."""
     NOT_NEEDED = "not needed"
     """Upstream already behaves correctly here; nothing was installed."""
     SKIPPED = "skipped"
@@ -33,9 +35,15 @@ class FixStatus:
     name: str
     state: FixState
     detail: str = ""
+    waiting_for: tuple[str, ...] = ()
+    """``pending`` only: the sglang modules whose import completes the fix."""
 
-    def as_dict(self) -> dict[str, str]:
-        return {"name": self.name, "state": self.state.value, "detail": self.detail}
+    def as_dict(self) -> dict[str, object]:
+        data: dict[str, object] = {"name": self.name, "state": self.state.value,
+                                   "detail": self.detail}
+        if self.waiting_for:
+            data["waiting_for"] = list(self.waiting_for)
+        return data
 
     def __str__(self) -> str:
         return f"{self.name}={self.state.value}" + (f" ({self.detail})" if self.detail else "")

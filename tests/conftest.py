@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from packaging.version import Version
+
+from testkit.sglang_setup import SCENARIOS, Setup, configure, write_model_dir
 
 # amd-aiter raises RuntimeError (not ImportError) off ROCm; sglang's guards expect ImportError.
 sys.modules.setdefault("aiter", None)  # type: ignore[arg-type]
@@ -19,9 +24,35 @@ def plugins_loaded() -> None:
 
 
 @pytest.fixture(scope="session")
-def sglang_version():  # type: ignore[no-untyped-def]
+def sglang_version() -> Version:
     from sglang_aiter_plugin._sglang import installed_sglang_version
 
     v = installed_sglang_version()
     assert v is not None, "the tests need sglang installed (tools/env.sh)"
     return v
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_model_dir(tmp_path_factory.mktemp("model") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def mla_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_model_dir(tmp_path_factory.mktemp("model") / "tiny-deepseek-v2", mla=True)
+
+
+@pytest.fixture
+def mla_setup(mla_model_dir: Path) -> Iterator[Setup]:
+    """An MLA model under two-batch overlap."""
+    setup = configure(mla_model_dir, SCENARIOS["two-batch-overlap"])
+    with setup.scope:
+        yield setup
+
+
+@pytest.fixture
+def sglang_setup(request: pytest.FixtureRequest, model_dir: Path) -> Iterator[Setup]:
+    """``request.param``: a scenario name from :data:`SCENARIOS` (default: ``plain``)."""
+    setup = configure(model_dir, SCENARIOS[getattr(request, "param", "plain")])
+    with setup.scope:
+        yield setup

@@ -12,26 +12,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.subproc import run_main_script, run_python
+from testkit.distributions import write_distribution
+from testkit.subproc import run_main_script, run_python
 
 
 @pytest.fixture
 def broken_fix_dist(tmp_path: Path) -> Path:
     """An installed-style distribution whose fix raises in its probe."""
-    (tmp_path / "exploding_fix.py").write_text(textwrap.dedent("""
+    source = """
         from sglang_aiter_plugin.plugin import hookimpl
 
         @hookimpl
         def aiter_ext_apply_fix(context):
             raise ValueError("probe found a flux capacitor")
-    """))
-    info = tmp_path / "exploding_fix-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: exploding-fix\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(
-        "[sglang_aiter_plugin.fixes]\nexploding = exploding_fix\n"
+    """
+    return write_distribution(
+        tmp_path, "exploding-fix", modules={"exploding_fix": source},
+        entry_points={"sglang_aiter_plugin.fixes": {"exploding": "exploding_fix"}},
     )
-    return tmp_path
 
 
 def test_a_raising_fix_leaves_sglang_and_the_other_fixes_working(broken_fix_dist: Path) -> None:
@@ -40,6 +38,7 @@ from sglang.srt.plugins import load_plugins
 load_plugins()
 from sglang.srt.server_args import prepare_server_args
 args = prepare_server_args(["--model-path", "dummy", "--attention-backend", "aiter-ext"])
+import sglang.srt.layers.attention.attention_registry, sglang.srt.speculative.draft_utils
 from sglang_aiter_plugin._registration import last_statuses
 print("RESULT " + json.dumps({s.name: [s.state.value, s.detail] for s in last_statuses()}))
 """
@@ -73,18 +72,13 @@ def _pythonpath(extra: Path) -> str:
 @pytest.fixture
 def platform_dists(tmp_path: Path) -> Path:
     """Two out-of-tree platform distributions; the second also ships a general plugin."""
-    general = "\n[sglang.srt.plugins]\nb_general = plat_b:f\n"
-    for name, extra in (("plat_a", ""), ("plat_b", general)):
-        # activate() names the base platform class: a real, if featureless, platform
-        (tmp_path / f"{name}.py").write_text(
-            "def f():\n    return 'sglang.srt.platforms.interface.SRTPlatform'\n"
-        )
-        info = tmp_path / f"{name}-1.0.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-        (info / "entry_points.txt").write_text(
-            f"[sglang.srt.platforms]\n{name} = {name}:f\n{extra}"
-        )
+    # activate() names the base platform class: a real, if featureless, platform
+    source = "def f():\n    return 'sglang.srt.platforms.interface.SRTPlatform'\n"
+    for name in ("plat_a", "plat_b"):
+        eps: dict[str, dict[str, str]] = {"sglang.srt.platforms": {name: f"{name}:f"}}
+        if name == "plat_b":
+            eps["sglang.srt.plugins"] = {"b_general": "plat_b:f"}
+        write_distribution(tmp_path, name, modules={name: source}, entry_points=eps)
     return tmp_path
 
 
@@ -163,7 +157,11 @@ def test_reentrant_loading_never_double_wraps(tmp_path: Path) -> None:
 def test_garbage_in_the_recorded_choice_is_a_clear_error(
     value: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sglang_aiter_plugin.selection.marker import SELECTED_ENV, SelectionError, is_selected
+    from sglang_aiter_plugin.attention_backend.marker import (
+        SELECTED_ENV,
+        SelectionError,
+        is_selected,
+    )
 
     monkeypatch.setenv(SELECTED_ENV, value)
     with pytest.raises(SelectionError) as exc:
@@ -176,7 +174,7 @@ def test_garbage_in_the_recorded_choice_is_a_clear_error(
 def test_the_recorded_choice_reads_back(
     value: str | None, selected: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sglang_aiter_plugin.selection.marker import SELECTED_ENV, is_selected
+    from sglang_aiter_plugin.attention_backend.marker import SELECTED_ENV, is_selected
 
     if value is None:
         monkeypatch.delenv(SELECTED_ENV, raising=False)

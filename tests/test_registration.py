@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.subproc import run_python
+from testkit.subproc import run_python
 
 STATE = """
 from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES
@@ -54,7 +54,8 @@ print("RESULT " + json.dumps({"state": state(), "parsed": parsed}))
     assert data["state"]["statuses"] == {}
     assert data["parsed"] is False
     loaded = run_python(code, env={"SGLANG_PLUGINS": "some_other_plugin,aiter_ext"}).data
-    assert loaded["state"]["choices"] == 1 and loaded["parsed"] is True
+    assert loaded["state"]["choices"] == 1
+    assert loaded["parsed"] is True
 
 
 def test_disabled_plugin_loads_but_changes_nothing() -> None:

@@ -12,13 +12,15 @@ KNOWN = ["attention-backend", "reduce-scatter-tms"]
 @pytest.mark.parametrize("value", ["", "1", "true", "YES", " on "])
 def test_enabled_values(value: str) -> None:
     s = read_switches(KNOWN, {"SGLANG_AITER_EXT": value})
-    assert s.enabled and not s.problems
+    assert s.enabled
+    assert not s.problems
 
 
 @pytest.mark.parametrize("value", ["0", "false", "No", "OFF"])
 def test_disabled_values(value: str) -> None:
     s = read_switches(KNOWN, {"SGLANG_AITER_EXT": value})
-    assert not s.enabled and not s.problems
+    assert not s.enabled
+    assert not s.problems
 
 
 @pytest.mark.parametrize("value", ["2", "maybe", "disable", "0x0"])
@@ -34,22 +36,26 @@ def test_disable_list_parses_names_and_reports_unknown_ones() -> None:
     s = read_switches(KNOWN, {"SGLANG_AITER_EXT_DISABLE": " reduce-scatter-tms, ,bogus,"})
     assert s.disabled_fixes == {"reduce-scatter-tms"}
     (problem,) = s.problems
-    assert "'bogus'" in problem and "attention-backend, reduce-scatter-tms" in problem
+    assert "'bogus'" in problem
+    assert "attention-backend, reduce-scatter-tms" in problem
 
 
 @pytest.mark.parametrize(("value", "want"), [("", False), ("0", False), ("1", True), ("On", True)])
 def test_bounds_check_values(value: str, want: bool) -> None:
     s = read_switches(KNOWN, {"SGLANG_AITER_EXT_BOUNDS_CHECK": value})
-    assert s.bounds_check is want and not s.problems
+    assert s.bounds_check is want
+    assert not s.problems
     assert bounds_check_requested({"SGLANG_AITER_EXT_BOUNDS_CHECK": value}) is want
 
 
 def test_bounds_check_garbage_is_a_problem_at_load_and_an_error_for_the_backend() -> None:
     env = {"SGLANG_AITER_EXT_BOUNDS_CHECK": "always"}
     s = read_switches(KNOWN, env)
-    assert s.enabled and not s.bounds_check
+    assert s.enabled
+    assert not s.bounds_check
     (problem,) = s.problems
-    assert "SGLANG_AITER_EXT_BOUNDS_CHECK='always'" in problem and "accepted values" in problem
+    assert "SGLANG_AITER_EXT_BOUNDS_CHECK='always'" in problem
+    assert "accepted values" in problem
     assert "an aiter-ext backend will refuse it" in problem
     with pytest.raises(SwitchValueError, match="SGLANG_AITER_EXT_BOUNDS_CHECK='always'"):
         bounds_check_requested(env)

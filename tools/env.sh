@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Create the project's environment and run the doctor.
 #
-#   bash tools/env.sh [SGLANG_VERSION]      (default 0.5.23)
+#   bash tools/env.sh [SGLANG_VERSION]      (default: the base release, tools/sglang-releases base)
 #
 # .venv gets CPython's venv, the pinned import dependencies of sglang (tools/requirements-sglang.txt,
-# pinned by tools/constraints.txt), sglang 0.5.23 from PyPI with --no-deps, and this project in
+# pinned by tools/constraints.txt), the base sglang release from PyPI with --no-deps, and this project in
 # editable mode. Another release is installed beside it (tools/with-sglang), never over it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-version=${1:-${SGLANG_VERSION:-0.5.23}}
-venv="$root/.venv"
-base=$(cat "$root/tools/BASE_SGLANG")
 py=${PYTHON:-python3}
+base=$("$py" "$root/tools/sglang-releases" base)
+version=${1:-${SGLANG_VERSION:-$base}}
+venv="$root/.venv"
 
 if [[ ! -x $venv/bin/python || ! -f $venv/.complete ]]; then
   echo "== creating $venv (sglang $base, --no-deps, plus its pinned import dependencies)"

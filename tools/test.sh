@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run the test suite against each sglang release in SGLANG_TEST_VERSIONS (default: 0.5.23 0.5.15 0.5.11).
+# Run the test suite against each sglang release in SGLANG_TEST_VERSIONS (default: the CI releases,
+# tools/sglang-releases ci).
 #
 #   bash tools/test.sh [PYTEST ARGS...]
 #
@@ -7,7 +8,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-versions=${SGLANG_TEST_VERSIONS:-0.5.23 0.5.15 0.5.11}
+versions=${SGLANG_TEST_VERSIONS:-$(python3 tools/sglang-releases ci)}
 [[ -f .venv/.complete ]] || bash tools/env.sh >/dev/null
 .venv/bin/ruff check sglang_aiter_plugin tests benchmarks gpu
 .venv/bin/mypy

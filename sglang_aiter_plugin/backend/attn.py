@@ -2,12 +2,10 @@
 
 The constructor lets upstream allocate at the request-pool size P, then hands every per-batch
 buffer it finds to a :class:`~sglang_aiter_plugin.backend.pool.BufferPool` and binds the backend's
-and both prefill updaters' attributes to it. ``init_cuda_graph_state(max_bs, ...)`` grows the pool
-to ``max_bs`` rows *before* upstream runs (so upstream's own partial regrowth finds nothing to do),
-checks that no holder was left with an old tensor, and freezes the pool: CUDA graphs are captured
-against these addresses from then on. Metadata and forward methods are upstream's, untouched, unless
-``SGLANG_AITER_EXT_BOUNDS_CHECK=1`` asks for a batch-size check on this instance (see
-:mod:`~sglang_aiter_plugin.backend.bounds`).
+and both prefill updaters' attributes to it. ``init_cuda_graph_state`` is the shared CUDA-graph
+set-up (:mod:`~sglang_aiter_plugin.backend.graph_state`: grow before upstream, verify, freeze).
+Metadata and forward methods are upstream's, untouched, unless ``SGLANG_AITER_EXT_BOUNDS_CHECK=1``
+asks for a batch-size check on this instance (see :mod:`~sglang_aiter_plugin.backend.bounds`).
 """
 
 from __future__ import annotations
@@ -16,9 +14,8 @@ from typing import Any
 
 from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
 
-from sglang_aiter_plugin._switches import bounds_check_requested
-from sglang_aiter_plugin.backend.bounds import install_bounds_check
 from sglang_aiter_plugin.backend.buffers import discover
+from sglang_aiter_plugin.backend.graph_state import PooledGraphState
 from sglang_aiter_plugin.backend.pool import BufferPool
 
 __all__ = ["PREFILL_UPDATERS", "AiterExtAttnBackend"]
@@ -28,10 +25,7 @@ __all__ = ["PREFILL_UPDATERS", "AiterExtAttnBackend"]
 #: ``kv_last_page_len`` on the non-MLA updater; the MLA updater reads through the backend).
 PREFILL_UPDATERS = ("indices_updater_prefill", "mla_indices_updater_prefill")
 
-_FROZEN_REASON = "CUDA graphs were captured against the current buffers"
-
-
-class AiterExtAttnBackend(AiterAttnBackend):  # type: ignore[misc]
+class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[misc]
     """sglang's AITER backend whose per-batch buffers grow, together, to the captured batch."""
 
     buffer_pool: BufferPool
@@ -51,27 +45,13 @@ class AiterExtAttnBackend(AiterAttnBackend):  # type: ignore[misc]
         self.buffer_pool = BufferPool(self, specs, capacity, self.device, adopt=adopt)
         bind_backend(self.buffer_pool, self)
 
-    def init_cuda_graph_state(
-        self, max_bs: int, max_num_tokens: int, *args: Any, **kw: Any
-    ) -> None:
-        pool = self.buffer_pool
-        check = bounds_check_requested()  # a bad value fails here, before anything changes
-        pool.grow(max_bs, reason=f"init_cuda_graph_state(max_bs={max_bs})")
-        if "kv_indptr" not in pool.specs and self.kv_indptr.shape[-1] < max_bs + 1:
+    def _before_upstream(self, max_bs: int) -> None:
+        if "kv_indptr" not in self.buffer_pool.specs and self.kv_indptr.shape[-1] < max_bs + 1:
             raise RuntimeError(
                 f"kv_indptr lent to this backend holds {self.kv_indptr.shape[-1]} entries, fewer "
                 f"than max_bs + 1 = {max_bs + 1}: the owner (the multi-step draft backend) must "
                 "grow it before its children's init_cuda_graph_state"
             )
-        super().init_cuda_graph_state(max_bs, max_num_tokens, *args, **kw)
-        stale = pool.stale_bindings()
-        if stale:
-            raise RuntimeError(
-                f"sglang's init_cuda_graph_state replaced pool buffers behind the pool: {stale}"
-            )
-        pool.freeze(_FROZEN_REASON)
-        if check:
-            install_bounds_check(self, pool.capacity)
 
 
 def bind_backend(pool: BufferPool, backend: Any) -> None:

@@ -3,9 +3,10 @@
 A backend describes each buffer whose length depends on the batch size (:class:`BufferSpec`), hands
 the pool the tensors it already allocated, and *binds* every attribute that must hold one of them
 (:meth:`BufferPool.bind`). :meth:`BufferPool.grow` reallocates all buffers at the new capacity with
-their fill, announces the change through the plugin manager (hook ``aiter_ext_pool_resized``), and
-the built-in observer re-points every binding. After :meth:`BufferPool.freeze` (CUDA graphs hold the
-buffers' addresses) growing raises :class:`PoolFrozenError`.
+their fill, re-points every binding itself, and only then tells observers (the pluggy hook
+``aiter_ext_pool_resized``, for other packages; the pool needs none of them). After
+:meth:`BufferPool.freeze` (CUDA graphs hold the buffers' addresses) growing raises
+:class:`PoolFrozenError`.
 
 Holders keep plain tensors as attributes: nothing here runs on the per-step path.
 """
@@ -157,8 +158,8 @@ class BufferPool:
         self._bindings.append(binding)
         setattr(holder, attr, self.view(binding))
 
-    def repoint(self) -> None:
-        """Set every bound attribute to the pool's current tensor (the built-in resize observer)."""
+    def _repoint(self) -> None:
+        """Set every bound attribute to the pool's current tensor."""
         for binding in self._bindings:
             setattr(binding.holder, binding.attr, self.view(binding))
 
@@ -183,11 +184,10 @@ class BufferPool:
             self._frozen = reason
 
     def grow(self, capacity: int, reason: str) -> bool:
-        """Hold ``capacity`` rows; reallocate, announce and re-point if that is more than now.
+        """Hold ``capacity`` rows; reallocate, re-point and then announce if that is more than now.
 
-        Returns whether the pool grew. Raises ``ValueError`` for fewer than one row,
-        :class:`PoolFrozenError` when it would have to grow after :meth:`freeze`, and
-        ``RuntimeError`` when an observer left a binding stale.
+        Returns whether the pool grew. Raises ``ValueError`` for fewer than one row and
+        :class:`PoolFrozenError` when it would have to grow after :meth:`freeze`.
         """
         if capacity < 1:
             raise ValueError(
@@ -206,17 +206,13 @@ class BufferPool:
         old = self._capacity
         self._tensors = {n: s.allocate(capacity, self.device) for n, s in self._specs.items()}
         self._capacity = capacity
+        self._repoint()
         _announce(self, old, capacity, reason)
-        stale = self.stale_bindings()
-        if stale:
-            raise RuntimeError(
-                f"after growing to {capacity} rows these still hold the old buffers: {stale}; "
-                "the built-in observer 'aiter-ext-pool-repoint' must stay registered"
-            )
         return True
 
 
 def _announce(pool: BufferPool, old: int, new: int, reason: str) -> None:
+    """Tell the observers of ``aiter_ext_pool_resized``; the pool is already consistent."""
     from sglang_aiter_plugin.plugin.manager import get_manager
     from sglang_aiter_plugin.plugin.spec import PoolResize
 

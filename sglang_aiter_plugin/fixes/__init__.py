@@ -9,6 +9,6 @@ __all__ = ["BUILTIN_FIXES"]
 
 #: Built-in fixes: (fix name, module). Order is the order they are applied and reported.
 BUILTIN_FIXES: tuple[tuple[str, str], ...] = (
-    ("attention-backend", "sglang_aiter_plugin.fixes.attention_backend"),
+    ("attention-backend", "sglang_aiter_plugin.attention_backend.fix"),
     ("reduce-scatter-tms", "sglang_aiter_plugin.fixes.reduce_scatter"),
 )

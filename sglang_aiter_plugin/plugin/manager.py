@@ -1,6 +1,10 @@
-"""One plugin manager per process: built-in fixes, then third-party fixes from entry points.
+"""The plugin manager: built-in fixes, then third-party fixes from entry points.
 
-Callers use :func:`get_manager` and its typed methods; nobody else touches ``pm.hook``.
+Built as pluggy's and tox's authors use pluggy: a fix switched off by the user is *blocked*
+(``set_blocked``) and its module never imported; two fixes claiming one name are both reported
+(the second is not loaded), never silently dropped; a third-party fix that fails to load is a
+``failed`` status, and the others still apply. Callers use :func:`get_manager` and its typed
+methods; :attr:`PluginManager.pluggy` is there for embedders that need pluggy itself.
 """
 
 from __future__ import annotations
@@ -8,101 +12,121 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from collections.abc import Iterable, Sequence
-from importlib.metadata import entry_points
-from types import ModuleType
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 import pluggy
 
 from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR, Switches
+from sglang_aiter_plugin._switches import DISABLE_VAR
 from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 from sglang_aiter_plugin.plugin import FIXES_GROUP, NAME, spec
 from sglang_aiter_plugin.plugin.spec import FixContext, PoolResize
 
-__all__ = ["BUILTIN_FIXES", "BUILTIN_OBSERVERS", "PluginManager", "get_manager", "reset_manager"]
+__all__ = ["FixSource", "PluginManager", "fix_sources", "get_manager"]
 
 logger = logging.getLogger(__name__)
 
-#: Built-in fixes: (fix name, module). Order is the order they are applied and reported.
 
-#: Built-in observers: (name, module). They implement hooks other than ``aiter_ext_apply_fix``
-#: and are registered before any third-party plugin.
-BUILTIN_OBSERVERS: tuple[tuple[str, str], ...] = (
-    ("aiter-ext-pool-repoint", "sglang_aiter_plugin.backend.repoint"),
-)
+@dataclass(frozen=True)
+class FixSource:
+    """Where a fix comes from: a built-in module, or a third-party entry point (not loaded yet)."""
+
+    name: str
+    module: str | None = None
+    entry_point: EntryPoint | None = None
+
+    @property
+    def origin(self) -> str:
+        if self.entry_point is None:
+            return f"built-in {self.module}"
+        dist = getattr(self.entry_point.dist, "name", None) or "an unknown distribution"
+        return f"{self.entry_point.value} (from {dist})"
+
+
+def fix_sources() -> tuple[list[FixSource], list[FixStatus]]:
+    """Every fix name on offer, in application order, without importing any of them.
+
+    Returns the sources and a ``failed`` status for each entry point whose name is already taken.
+    """
+    sources = [FixSource(name, module=module) for name, module in BUILTIN_FIXES]
+    taken = {s.name: s for s in sources}
+    problems = []
+    for ep in entry_points(group=FIXES_GROUP):
+        source = FixSource(ep.name, entry_point=ep)
+        first = taken.get(ep.name)
+        if first is not None:
+            problems.append(FixStatus(
+                ep.name, FixState.FAILED,
+                f"{source.origin} is not loaded: the fix name {ep.name!r} is already taken by "
+                f"{first.origin}; rename one of the entry points (group {FIXES_GROUP})",
+            ))
+            continue
+        taken[ep.name] = source
+        sources.append(source)
+    return sources, problems
 
 
 class PluginManager:
     """Typed facade over a :class:`pluggy.PluginManager` for this project's hooks."""
 
-    def __init__(self, *, load_entrypoints: bool = True) -> None:
-        self._pm = pluggy.PluginManager(NAME)
-        self._pm.add_hookspecs(spec)
-        self._load_errors: list[FixStatus] = []
-        for name, module in (*BUILTIN_FIXES, *BUILTIN_OBSERVERS):
-            self._register(name, importlib.import_module(module))
-        if load_entrypoints:
-            self._load_entrypoints()
-        try:
-            self._pm.check_pending()
-        except pluggy.PluginValidationError as exc:
-            self._load_errors.append(FixStatus(str(exc.plugin), FixState.FAILED, str(exc)))
-
-    def _register(self, name: str, plugin: ModuleType | object) -> None:
-        if self._pm.has_plugin(name) or self._pm.is_registered(plugin):
-            return
-        self._pm.register(plugin, name=name)
-
-    def _load_entrypoints(self) -> None:
-        for ep in entry_points(group=FIXES_GROUP):
-            if self._pm.has_plugin(ep.name):
+    def __init__(
+        self,
+        sources: Sequence[FixSource] | None = None,
+        *,
+        blocked: Collection[str] = (),
+        problems: Sequence[FixStatus] = (),
+    ) -> None:
+        """Register ``sources`` (default: :func:`fix_sources`), blocking those in ``blocked``."""
+        if sources is None:
+            sources, problems = fix_sources()
+        self.pluggy = pluggy.PluginManager(NAME)
+        self.pluggy.add_hookspecs(spec)
+        self._order = [s.name for s in sources]
+        self._problems: list[FixStatus] = list(problems)
+        for source in sources:
+            if source.name in blocked:
+                self.pluggy.set_blocked(source.name)
                 continue
             try:
-                self._register(ep.name, ep.load())
-            except Exception as exc:  # a broken third-party fix must not stop the others
-                self._load_errors.append(
-                    FixStatus(ep.name, FixState.FAILED, f"cannot load {ep.value}: {exc!r}")
+                plugin: Any = (
+                    source.entry_point.load() if source.entry_point is not None
+                    else importlib.import_module(str(source.module))
                 )
-
-    def register_fix(self, name: str, plugin: object) -> None:
-        """Register an extra fix or observer in-process (mainly for tests and embedders)."""
-        self._register(name, plugin)
-
-    def unregister(self, name: str) -> None:
-        plugin = self._pm.get_plugin(name)
-        if plugin is not None:
-            self._pm.unregister(plugin)
+                self.pluggy.register(plugin, name=source.name)
+            except Exception as exc:  # a broken third-party fix must not stop the others
+                self._problems.append(FixStatus(
+                    source.name, FixState.FAILED,
+                    f"cannot load {source.origin}: {type(exc).__name__}: {exc}",
+                ))
+        try:
+            self.pluggy.check_pending()
+        except pluggy.PluginValidationError as exc:
+            self._problems.append(FixStatus(str(exc.plugin), FixState.FAILED, str(exc)))
 
     def fix_names(self) -> list[str]:
-        """Names of every registered plugin that implements ``aiter_ext_apply_fix``."""
-        names = []
-        for impl in reversed(self._pm.hook.aiter_ext_apply_fix.get_hookimpls()):
-            names.append(impl.plugin_name)
-        known = [n for n, _ in BUILTIN_FIXES]
-        return [n for n in known if n in names] + [n for n in names if n not in known]
+        """Every fix name on offer, applied or not, in application order."""
+        return list(self._order)
 
-    def apply_fixes(self, context: FixContext, switches: Switches) -> list[FixStatus]:
-        """Run every fix once, each isolated from the others' failures."""
-        impls = {i.plugin_name: i for i in self._pm.hook.aiter_ext_apply_fix.get_hookimpls()}
-        statuses: list[FixStatus] = list(self._load_errors)
-        for name in self.fix_names():
-            if not switches.enabled:
-                statuses.append(FixStatus(name, FixState.DISABLED, f"{ENABLE_VAR}=0"))
+    def apply_fixes(self, context: FixContext) -> list[FixStatus]:
+        """Run every registered fix once, each isolated from the others' failures."""
+        impls = {i.plugin_name: i for i in self.pluggy.hook.aiter_ext_apply_fix.get_hookimpls()}
+        failed = {p.name for p in self._problems}
+        statuses: list[FixStatus] = list(self._problems)
+        for name in self._order:
+            if name in failed:
                 continue
-            if name in switches.disabled_fixes:
+            if self.pluggy.is_blocked(name):
                 statuses.append(FixStatus(name, FixState.DISABLED, f"listed in {DISABLE_VAR}"))
-                continue
-            statuses.append(_call_fix(name, impls[name].function, context))
+            elif name in impls:  # plugins that only observe the pool are not fixes
+                statuses.append(_call_fix(name, impls[name].function, context))
         return statuses
 
     def announce_resize(self, event: PoolResize) -> None:
         """Tell every observer that a pool grew (cold path: CUDA-graph set-up)."""
-        self._pm.hook.aiter_ext_pool_resized(event=event)
-
-    def plugin_names(self) -> Sequence[str]:
-        return [name for name, _ in self._pm.list_name_plugin()]
+        self.pluggy.hook.aiter_ext_pool_resized(event=event)
 
 
 def _call_fix(name: str, function: Any, context: FixContext) -> FixStatus:
@@ -122,20 +146,15 @@ _lock = threading.RLock()
 _manager: PluginManager | None = None
 
 
-def get_manager() -> PluginManager:
-    """The process-wide manager, created on first use."""
+def get_manager(
+    sources: Sequence[FixSource] | None = None,
+    *,
+    blocked: Collection[str] = (),
+    problems: Sequence[FixStatus] = (),
+) -> PluginManager:
+    """The process-wide manager; the first call creates it from these arguments."""
     global _manager
     with _lock:
         if _manager is None:
-            _manager = PluginManager()
-        return _manager
-
-
-def reset_manager(plugins: Iterable[tuple[str, object]] = ()) -> PluginManager:
-    """Replace the process-wide manager (tests only)."""
-    global _manager
-    with _lock:
-        _manager = PluginManager()
-        for name, plugin in plugins:
-            _manager.register_fix(name, plugin)
+            _manager = PluginManager(sources, blocked=blocked, problems=problems)
         return _manager

@@ -7,7 +7,7 @@ called per decode step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
@@ -35,6 +35,9 @@ class FixContext:
     plugin_version: str
     sglang_version: Version | None
     """The installed sglang release, or ``None`` when sglang's metadata cannot be read."""
+    report: Callable[[FixStatus], None] = field(default=lambda status: None, compare=False)
+    """Report a later outcome: a fix that returned ``pending`` calls this once its deferred
+    work has run (``applied``) or failed (``failed``); the log and ``doctor`` then show it."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,9 @@ def aiter_ext_apply_fix(context: FixContext) -> FixStatus:  # type: ignore[empty
     """Probe whether the fix is needed here and apply it; report what happened.
 
     Called once per process, from ``register()``. Must be idempotent and cheap: sglang loads
-    plugins in the launcher, the engine and every scheduler process. Raising is allowed (the
+    plugins in the launcher, the engine and every scheduler process. A fix whose work waits for
+    sglang to import a module returns ``pending`` and reports its outcome through
+    ``context.report`` when that happens. Raising is allowed (the
     manager turns it into a ``failed`` status and carries on with the other fixes), but a fix
     should prefer to return ``skipped``/``not needed`` with a reason.
     """

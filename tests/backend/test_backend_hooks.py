@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from sglang_aiter_plugin.plugin import hookimpl
-from sglang_aiter_plugin.plugin.manager import reset_manager
 from sglang_aiter_plugin.plugin.spec import PoolResize
-from tests.backend.sglang_setup import POOL, Setup
+from testkit.plugins import install_manager
+from testkit.sglang_setup import POOL, Setup
 
 PER_STEP = (
     "init_forward_metadata",
@@ -33,11 +31,10 @@ class Observer:
 
 
 @pytest.fixture
-def observer() -> Iterator[Observer]:
+def observer(monkeypatch: pytest.MonkeyPatch) -> Observer:
     obs = Observer()
-    reset_manager([("third-party-observer", obs)])
-    yield obs
-    reset_manager()
+    install_manager(monkeypatch, [("third-party-observer", obs)])
+    return obs
 
 
 def test_per_step_methods_are_upstreams_own() -> None:
@@ -71,6 +68,7 @@ def test_third_party_observer_sees_one_growth_with_the_grown_backend(
     backend.init_cuda_graph_state(sglang_setup.max_bs, sglang_setup.max_bs)
     backend.init_cuda_graph_state(sglang_setup.max_bs, sglang_setup.max_bs)  # e.g. pdmux
     (event,) = observer.events
-    assert event.owner is backend and event.pool is backend.buffer_pool
+    assert event.owner is backend
+    assert event.pool is backend.buffer_pool
     assert (event.old_capacity, event.new_capacity) == (POOL, sglang_setup.max_bs)
     assert f"max_bs={sglang_setup.max_bs}" in event.reason

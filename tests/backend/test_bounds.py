@@ -20,7 +20,7 @@ from sglang_aiter_plugin.backend.bounds import (
     install_bounds_check,
     is_checked,
 )
-from tests.subproc import run_python
+from testkit.subproc import run_python
 
 
 class Holder:
@@ -74,8 +74,11 @@ def test_a_batch_above_capacity_is_refused_before_the_method_runs(
         getattr(h, name)(*args, **kwargs)
     assert h.calls == []
     text = str(info.value)
-    assert f"Holder.{name}" in text and "batch of 9 rows" in text and "at most 8" in text
-    assert "nothing was written" in text and "--cuda-graph-max-bs" in text
+    assert f"Holder.{name}" in text
+    assert "batch of 9 rows" in text
+    assert "at most 8" in text
+    assert "nothing was written" in text
+    assert "--cuda-graph-max-bs" in text
 
 
 def test_installing_twice_wraps_once() -> None:
@@ -83,7 +86,8 @@ def test_installing_twice_wraps_once() -> None:
     install_bounds_check(h, 8)
     first = h.init_forward_metadata_out_graph
     install_bounds_check(h, 8)
-    assert h.init_forward_metadata_out_graph is first and is_checked(first)
+    assert h.init_forward_metadata_out_graph is first
+    assert is_checked(first)
     assert not is_checked(Holder.init_forward_metadata_out_graph)
 
 
@@ -99,9 +103,9 @@ def test_a_method_without_a_batch_size_is_named() -> None:
 DECODE = """
 import os, hashlib, pathlib, tempfile, torch
 os.environ["SGLANG_USE_AITER_UNIFIED_ATTN"] = {unified!r}
-from tests.backend.sglang_setup import SCENARIOS, POOL, configure, write_model_dir
-from tests.backend.decode_batch import DecodeBatch
-from tests.doubles import aiter_backend_imports
+from testkit.sglang_setup import SCENARIOS, POOL, configure, write_model_dir
+from testkit.decode_batch import DecodeBatch
+from testkit.doubles import aiter_backend_imports
 from sglang.srt.layers.attention import aiter_backend
 from sglang_aiter_plugin.backend.bounds import METADATA_METHODS
 aiter_backend_imports.install(aiter_backend)
@@ -174,7 +178,8 @@ def test_sglangs_metadata_code_behind_the_check(path: str) -> None:
     # Above the captured maximum: refused by name before upstream runs; not one byte changed.
     for key in ("above_replay", "above_capture"):
         got = checked[key]
-        assert got["error"] is not None and got["error"][0] == "BatchTooLargeError", got
+        assert got["error"] is not None, got
+        assert got["error"][0] == "BatchTooLargeError", got
         assert f"a batch of {checked['max_bs'] + 2} rows" in got["error"][1]
         assert f"at most {checked['max_bs']}" in got["error"][1]
         assert got["changed"] == [], got["changed"]
@@ -182,9 +187,9 @@ def test_sglangs_metadata_code_behind_the_check(path: str) -> None:
 
 DRAFT = """
 import pathlib, tempfile, torch
-from tests.backend.decode_batch import draft_batch, draft_metadata
-from tests.backend.sglang_setup import SCENARIOS, configure, write_model_dir
-from tests.doubles import aiter_backend_imports
+from testkit.decode_batch import draft_batch, draft_metadata
+from testkit.sglang_setup import SCENARIOS, configure, write_model_dir
+from testkit.doubles import aiter_backend_imports
 from sglang.srt.layers.attention import aiter_backend
 from sglang_aiter_plugin.backend.bounds import METADATA_METHODS
 aiter_backend_imports.install(aiter_backend)
@@ -218,7 +223,8 @@ def test_draft_wrapper_and_children_are_checked() -> None:
     result = run_python(DRAFT, env={"SGLANG_AITER_EXT_BOUNDS_CHECK": "1", "TRITON_INTERPRET": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     data = result.data
-    assert data["shadowed"] and all(data["children"]), data
+    assert data["shadowed"], data
+    assert all(data["children"]), data
     # A batch that fits reaches sglang's draft kernel: step 0 holds each sequence's 9 + 1 entries.
     assert data["fits"]["error"] is None, data["fits"]
     assert data["fits"]["row0"] == list(range(0, 10 * (data["max_bs"] + 1), 10))
@@ -239,4 +245,5 @@ def test_a_bad_switch_value_fails_before_the_pool_grows(
     monkeypatch.setenv("SGLANG_AITER_EXT_BOUNDS_CHECK", "sometimes")
     with pytest.raises(SwitchValueError, match="SGLANG_AITER_EXT_BOUNDS_CHECK='sometimes'"):
         backend.init_cuda_graph_state(sglang_setup.max_bs, 1)
-    assert backend.buffer_pool.capacity == capacity and not backend.buffer_pool.frozen
+    assert backend.buffer_pool.capacity == capacity
+    assert not backend.buffer_pool.frozen

@@ -13,7 +13,7 @@ from sglang_aiter_plugin.backend.buffers import (
     discover,
     workspace_bytes_per_row,
 )
-from tests.backend.sglang_setup import POOL, Setup
+from testkit.sglang_setup import POOL, Setup
 
 
 def _upstream(setup: Setup, monkeypatch: pytest.MonkeyPatch, unified: bool) -> Any:
@@ -58,7 +58,8 @@ def test_an_unknown_batch_sized_buffer_fails_loudly(sglang_setup: Setup) -> None
         ExtOnFutureRelease(sglang_setup.runner)
     message = str(exc.value)
     assert "new_seq_starts (34,)" in message
-    assert "--attention-backend aiter" in message and "Upgrade sglang-aiter-plugin" in message
+    assert "--attention-backend aiter" in message
+    assert "Upgrade sglang-aiter-plugin" in message
 
 
 @pytest.mark.parametrize("sglang_setup", ["plain"], indirect=True)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from sglang_aiter_plugin.backend.pool import PoolFrozenError
-from tests.backend.sglang_setup import POOL, Setup
+from testkit.sglang_setup import POOL, Setup
 
 STEPS = 3
 

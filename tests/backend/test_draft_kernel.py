@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.subproc import run_python
+from testkit.subproc import run_python
 
 CODE = """
 import os, pathlib, tempfile, torch
-from tests.backend.sglang_setup import SCENARIOS, configure, write_model_dir
+from testkit.sglang_setup import SCENARIOS, configure, write_model_dir
 from types import SimpleNamespace
 kind = {kind!r}
 model_dir = write_model_dir(pathlib.Path(tempfile.mkdtemp()) / "m")

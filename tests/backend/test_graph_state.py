@@ -15,7 +15,7 @@ import torch
 
 from sglang_aiter_plugin.backend.buffers import discover, workspace_bytes_per_row
 from sglang_aiter_plugin.backend.pool import PoolFrozenError
-from tests.backend.sglang_setup import POOL, Setup
+from testkit.sglang_setup import POOL, Setup
 
 PADDED = ["two-batch-overlap", "dp-attention"]
 DECODE_PATHS = ["ragged", "unified"]
@@ -84,7 +84,8 @@ def check_fills(backend: Any, max_bs: int) -> None:
     if hasattr(backend, "qo_indptr_unified_decode"):
         want = torch.arange(max_bs + 1, dtype=torch.int32)
         assert torch.equal(backend.qo_indptr_unified_decode[: max_bs + 1], want)
-    assert int(backend.kv_indptr[0]) == 0 and int(backend.qo_indptr[0]) == 0
+    assert int(backend.kv_indptr[0]) == 0
+    assert int(backend.qo_indptr[0]) == 0
 
 
 def check_dtypes(backend: Any, max_bs: int) -> None:
@@ -197,5 +198,6 @@ def test_a_graph_batch_below_one_row_is_refused_before_upstream_runs(
         before = backend.kv_indptr
         with pytest.raises(ValueError, match=rf"for {max_bs} rows .*max_bs={max_bs}.* at least 1"):
             backend.init_cuda_graph_state(max_bs, 1)
-        assert backend.kv_indptr is before and not backend.buffer_pool.frozen
+        assert backend.kv_indptr is before
+        assert not backend.buffer_pool.frozen
         assert getattr(backend, "cuda_graph_kv_indices", None) is None  # upstream never ran

@@ -1,8 +1,7 @@
-"""BufferPool on its own: fills, growth, re-pointing through the plugin manager, freezing."""
+"""BufferPool on its own: fills, growth, re-pointing (by the pool itself), observers, freezing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
@@ -10,8 +9,8 @@ import torch
 
 from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill, PoolFrozenError
 from sglang_aiter_plugin.plugin import hookimpl
-from sglang_aiter_plugin.plugin.manager import get_manager, reset_manager
 from sglang_aiter_plugin.plugin.spec import PoolResize
+from testkit.plugins import install_manager
 
 SPECS = [
     BufferSpec("kv_indptr", torch.int32, Fill.ZEROS, extra=1),
@@ -35,11 +34,10 @@ class Recorder:
 
 
 @pytest.fixture
-def recorder() -> Iterator[Recorder]:
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     rec = Recorder()
-    reset_manager([("recorder", rec)])
-    yield rec
-    reset_manager()
+    install_manager(monkeypatch, [("recorder", rec)])
+    return rec
 
 
 def make_pool(capacity: int = 3) -> tuple[BufferPool, SimpleNamespace, SimpleNamespace]:
@@ -66,7 +64,8 @@ def test_growth_reallocates_every_buffer_and_repoints_every_holder(recorder: Rec
     old = owner.kv_indptr
     assert pool.grow(5, reason="test") is True
     assert pool.capacity == 5
-    assert owner.kv_indptr is not old and owner.kv_indptr.shape == (6,)
+    assert owner.kv_indptr is not old
+    assert owner.kv_indptr.shape == (6,)
     assert updater.kv_indptr is owner.kv_indptr
     assert owner.kv_last_page_len.tolist() == [1] * 5
     assert owner.unified.tolist() == list(range(6))
@@ -74,7 +73,7 @@ def test_growth_reallocates_every_buffer_and_repoints_every_holder(recorder: Rec
     assert pool.stale_bindings() == []
 
 
-def test_growth_is_announced_once_with_old_new_and_reason_after_builtin_repoint(
+def test_growth_is_announced_once_with_old_new_and_reason_after_the_pool_repointed(
     recorder: Recorder,
 ) -> None:
     pool, owner, _ = make_pool(3)
@@ -84,8 +83,9 @@ def test_growth_is_announced_once_with_old_new_and_reason_after_builtin_repoint(
     assert [(e.old_capacity, e.new_capacity, e.reason) for e in recorder.events] == [
         (3, 7, "init_cuda_graph_state(max_bs=7)")
     ]
-    assert recorder.events[0].pool is pool and recorder.events[0].owner is owner
-    assert recorder.saw_repointed == [True]  # the built-in observer ran first
+    assert recorder.events[0].pool is pool
+    assert recorder.events[0].owner is owner
+    assert recorder.saw_repointed == [True]  # observers see a pool that is already right
 
 
 def test_frozen_pool_refuses_to_grow_and_says_why(recorder: Recorder) -> None:
@@ -96,8 +96,11 @@ def test_frozen_pool_refuses_to_grow_and_says_why(recorder: Recorder) -> None:
     with pytest.raises(PoolFrozenError) as exc:
         pool.grow(4, reason="a larger graph")
     message = str(exc.value)
-    assert "from 3 to 4 rows" in message and "captured" in message and "freed memory" in message
-    assert owner.kv_indptr is before and recorder.events == []
+    assert "from 3 to 4 rows" in message
+    assert "captured" in message
+    assert "freed memory" in message
+    assert owner.kv_indptr is before
+    assert recorder.events == []
 
 
 def test_rows_of_a_leading_dimension_are_bound_as_views(recorder: Recorder) -> None:
@@ -115,15 +118,31 @@ def test_rows_of_a_leading_dimension_are_bound_as_views(recorder: Recorder) -> N
         assert child.kv_indptr.shape == (13,)
 
 
-def test_a_binding_left_stale_by_the_observers_is_an_error() -> None:
-    manager = reset_manager()
-    manager.unregister("aiter-ext-pool-repoint")
-    try:
-        pool, _, _ = make_pool(3)
-        with pytest.raises(RuntimeError, match="still hold the old buffers"):
-            pool.grow(4, reason="test")
-    finally:
-        reset_manager()
+def test_growth_keeps_every_holder_right_with_no_plugin_manager_at_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    install_manager(monkeypatch, builtin=False)  # no fixes, no observers registered
+    pool, owner, updater = make_pool(3)
+    assert pool.grow(5, reason="test")
+    assert pool.stale_bindings() == []
+    assert owner.kv_indptr.shape == (6,)
+    assert updater.kv_indptr is owner.kv_indptr
+
+
+def test_an_observer_that_raises_is_loud_but_the_pool_is_already_right(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Raising:
+        @hookimpl
+        def aiter_ext_pool_resized(self, event: PoolResize) -> None:
+            raise RuntimeError("observer failed")
+
+    install_manager(monkeypatch, [("raising", Raising())])
+    pool, _, _ = make_pool(3)
+    with pytest.raises(RuntimeError, match="observer failed"):
+        pool.grow(4, reason="test")
+    assert pool.capacity == 4
+    assert pool.stale_bindings() == []
 
 
 def test_adopts_tensors_that_fit_and_replaces_those_that_do_not() -> None:
@@ -154,9 +173,6 @@ def test_bad_input_is_named() -> None:
     for size in (0, -4):
         with pytest.raises(ValueError, match=f"for {size} rows \\(test\\); .* at least 1"):
             pool.grow(size, reason="test")
-    assert pool.capacity == 3 and all(pool.tensor(n) is t for n, t in before.items())
-
-
-def test_the_builtin_observer_is_registered_in_every_manager() -> None:
-    assert "aiter-ext-pool-repoint" in get_manager().plugin_names()
-    assert "aiter-ext-pool-repoint" not in get_manager().fix_names()
+    assert pool.capacity == 3
+    for name, tensor in before.items():
+        assert pool.tensor(name) is tensor

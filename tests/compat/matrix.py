@@ -1,6 +1,6 @@
 """Compatibility matrix: run the CPU suite against every supported sglang release.
 
-    .venv/bin/python tests/compat/matrix.py                 # all of 0.5.11 ... 0.5.23
+    .venv/bin/python tests/compat/matrix.py                 # every release in _releases.TESTED
     .venv/bin/python tests/compat/matrix.py 0.5.15 0.5.23   # a subset
 
 Each release is installed once beside the base environment (``tools/with-sglang``), the suite runs
@@ -25,16 +25,17 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from sglang_aiter_plugin import _releases
+
 ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = ROOT / "tests" / "compat"
-SUPPORTED = [f"0.5.{n}" for n in range(11, 24)]
+SUPPORTED = list(_releases.TESTED)
 
 #: Matrix column -> test paths (prefixes of pytest node ids) that make it up.
 AREAS: dict[str, tuple[str, ...]] = {
     "discovery": ("tests/test_discovery.py", "tests/test_registration.py", "tests/plugin/"),
-    "CLI": ("tests/fixes/test_attention_backend.py", "tests/test_launch.py",
-            "tests/test_doctor.py", "tests/test_switches.py"),
-    "parity": ("tests/fixes/test_parity",),
+    "CLI": ("tests/test_launch.py", "tests/test_doctor.py", "tests/test_switches.py"),
+    "attention backend": ("tests/attention_backend/",),
     "buffer pool": ("tests/backend/",),
     "reduce-scatter": ("tests/fixes/test_reduce_scatter",),
     "faults": ("tests/test_faults",),

@@ -17,9 +17,9 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin.fixes.reduce_scatter_probe import Switch
-from tests.doubles.communicator import MARK
+from testkit.doubles.communicator import MARK
+from testkit.subproc import run_python
 from tests.fixes.reduce_scatter_facts import FIRST_WITH_METHOD, NEWEST_KNOWN, honoured_upstream
-from tests.subproc import run_python
 
 BRANCHES = ("capturing", "warm-up", "piecewise", "eager")
 FLAGS = (True, False, None)  # the communicator's enable_register_for_capturing; None: missing
@@ -40,7 +40,7 @@ from sglang.srt.model_executor.runner_backend_utils.tc_piecewise_cuda_graph.cont
     import enable_tc_piecewise_cuda_graph
 from sglang_aiter_plugin._registration import last_statuses
 from sglang_aiter_plugin.fixes.reduce_scatter_hook import TARGET
-from tests.doubles.communicator import RecordingCommunicator
+from testkit.doubles.communicator import RecordingCommunicator
 
 ps.is_hip = lambda: True  # ROCm cannot exist here
 stream = {"capturing": False}
@@ -139,7 +139,8 @@ def test_verdict_and_a_single_layer(has_method, sglang_version: Version) -> None
     assert state == "applied"
     names = ", ".join(s.value for s in Switch if s in ignored)
     assert f"registers during capture despite {names};" in detail
-    assert data["layers"] == 1 and data["hooks"] == 1
+    assert data["layers"] == 1
+    assert data["hooks"] == 1
 
 
 def test_release_without_the_method_is_skipped_and_untouched(plugins_loaded,  # type: ignore[no-untyped-def]
@@ -155,7 +156,8 @@ def test_release_without_the_method_is_skipped_and_untouched(plugins_loaded,  # 
     assert status.state.value == "skipped"
     assert status.detail == (f"sglang {sglang_version} has no GroupCoordinator."
                              "_maybe_aiter_reduce_scatter: no AITER reduce-scatter path to fix")
-    assert TARGET not in HookRegistry._hooks and current_plan() is None
+    assert TARGET not in HookRegistry._hooks
+    assert current_plan() is None
 
 
 def test_doctor_shows_the_verdict_with_its_reason(plugins_loaded) -> None:  # type: ignore[no-untyped-def]

@@ -16,7 +16,7 @@ from sglang_aiter_plugin._sglang import installed_sglang_version
 from sglang_aiter_plugin.fixes import reduce_scatter
 from sglang_aiter_plugin.fixes.reduce_scatter_hook import TARGET
 from sglang_aiter_plugin.plugin.spec import FixContext
-from tests.doubles import future_reduce_scatter
+from testkit.doubles import future_reduce_scatter
 
 METHOD = "_maybe_aiter_reduce_scatter"
 
@@ -49,7 +49,8 @@ def test_changed_signature_is_skipped(coordinator: Any, monkeypatch: pytest.Monk
                         raising=False)
     status = _apply()
     assert status.state is FixState.SKIPPED
-    assert "(self, output, input, dim)" in status.detail and "unchanged" in status.detail
+    assert "(self, output, input, dim)" in status.detail
+    assert "unchanged" in status.detail
 
 
 def test_upstream_honouring_every_switch_is_not_needed(

@@ -14,7 +14,7 @@ from sglang_aiter_plugin.fixes.reduce_scatter_hook import (
     plan_for,
 )
 from sglang_aiter_plugin.fixes.reduce_scatter_probe import Switch
-from tests.doubles.communicator import RecordingCommunicator
+from testkit.doubles.communicator import RecordingCommunicator
 from tests.fixes.reduce_scatter_facts import FIRST_WITH_METHOD
 
 ALL = tuple(Switch)
@@ -38,7 +38,9 @@ def test_copy_in_follows_sglangs_rule(envs, value: str | None, expected: bool) -
 
 def test_copy_in_is_left_to_sglang_where_sglang_reads_it(envs) -> None:  # type: ignore[no-untyped-def]
     plan = plan_for((Switch.COMM_FLAG,), envs, {"SGLANG_AITER_CAPTURE_COPY_IN": "1"})
-    assert plan.copy_in is False and plan.tms_switch is None and plan.honour_comm_flag
+    assert plan.copy_in is False
+    assert plan.tms_switch is None
+    assert plan.honour_comm_flag
 
 
 @pytest.mark.parametrize("flag", [True, False, None])
@@ -65,7 +67,8 @@ def test_registration_is_one_around_hook(plugins_loaded, sglang_version: Version
 
     plan = current_plan()
     assert plan is not None, "load_plugins() applied the fix"
-    assert install(plan) is False and install(plan) is False
+    assert install(plan) is False
+    assert install(plan) is False
     hooks = HookRegistry._hooks[TARGET]
     assert [(kind, hook) for kind, hook, *_ in hooks] == [(HookType.AROUND, around_reduce_scatter)]
 
@@ -90,4 +93,5 @@ def test_hooked_method_accepts_sglangs_parameter_names(plugins_loaded, monkeypat
         handled = coordinator._maybe_aiter_reduce_scatter(output=out, input=inp)
     else:
         handled = coordinator._maybe_aiter_reduce_scatter(out, inp)
-    assert handled is True and communicator.registered == [False]
+    assert handled is True
+    assert communicator.registered == [False]

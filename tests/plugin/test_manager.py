@@ -1,135 +1,176 @@
-"""The fix registry: built-in fixes, third-party fixes, isolation of failures, re-entrancy."""
+"""The fix registry: order, isolation of failures, blocking, duplicate names, observers."""
 
 from __future__ import annotations
 
 import sys
-import textwrap
+from collections.abc import Iterator
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin import FixState, FixStatus
-from sglang_aiter_plugin._switches import Switches
-from sglang_aiter_plugin.plugin import hookimpl
-from sglang_aiter_plugin.plugin.manager import PluginManager
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES
+from sglang_aiter_plugin.plugin import FIXES_GROUP
+from sglang_aiter_plugin.plugin.manager import FixSource, PluginManager, fix_sources
 from sglang_aiter_plugin.plugin.spec import FixContext, PoolResize
+from testkit.distributions import write_distribution
+from testkit.subproc import run_python
 
 CONTEXT = FixContext(plugin_version="test", sglang_version=Version("0.5.23"))
+BUILTIN_NAMES = [name for name, _ in BUILTIN_FIXES]
 
-
-class RecordingFix:
-    def __init__(self, state: FixState = FixState.APPLIED) -> None:
-        self.calls = 0
-        self.state = state
-
-    @hookimpl
-    def aiter_ext_apply_fix(self, context: FixContext) -> FixStatus:
-        self.calls += 1
-        return FixStatus("whatever", self.state, f"sglang {context.sglang_version}")
-
-
-class RaisingFix:
-    @hookimpl
-    def aiter_ext_apply_fix(self, context: FixContext) -> FixStatus:
-        raise RuntimeError("probe exploded")
-
-
-def test_builtin_fixes_come_first_in_a_fixed_order() -> None:
-    pm = PluginManager(load_entrypoints=False)
-    pm.register_fix("third", RecordingFix())
-    assert pm.fix_names() == ["attention-backend", "reduce-scatter-tms", "third"]
-
-
-def test_a_raising_fix_fails_alone_and_status_uses_the_plugin_name() -> None:
-    pm = PluginManager(load_entrypoints=False)
-    good = RecordingFix()
-    pm.register_fix("boom", RaisingFix())
-    pm.register_fix("good", good)
-    statuses = {s.name: s for s in pm.apply_fixes(CONTEXT, Switches())}
-    assert statuses["boom"].state is FixState.FAILED
-    assert statuses["boom"].detail == "RuntimeError: probe exploded"
-    assert statuses["good"].state is FixState.APPLIED
-    assert statuses["good"].detail == "sglang 0.5.23"
-    assert good.calls == 1
-
-
-def test_registration_is_reentrant() -> None:
-    pm = PluginManager(load_entrypoints=False)
-    fix = RecordingFix()
-    pm.register_fix("once", fix)
-    pm.register_fix("once", fix)
-    pm.register_fix("once", RecordingFix())
-    assert pm.fix_names().count("once") == 1
-
-
-def test_switches_disable_without_calling() -> None:
-    pm = PluginManager(load_entrypoints=False)
-    fix = RecordingFix()
-    pm.register_fix("mine", fix)
-    statuses = pm.apply_fixes(CONTEXT, Switches(disabled_fixes=frozenset({"mine"})))
-    assert {s.name: s.state for s in statuses}["mine"] is FixState.DISABLED
-    off = pm.apply_fixes(CONTEXT, Switches(enabled=False))
-    assert {s.state for s in off} == {FixState.DISABLED}
-    assert fix.calls == 0
-
-
-def test_a_fix_returning_garbage_is_reported_as_failed() -> None:
-    class Garbage:
-        @hookimpl
-        def aiter_ext_apply_fix(self, context: FixContext) -> object:
-            return "applied"
-
-    pm = PluginManager(load_entrypoints=False)
-    pm.register_fix("garbage", Garbage())
-    status = {s.name: s for s in pm.apply_fixes(CONTEXT, Switches())}["garbage"]
-    assert status.state is FixState.FAILED and "not a FixStatus" in status.detail
-
-
-def test_resize_observers_are_called_with_the_event() -> None:
-    seen: list[PoolResize] = []
-
-    class Observer:
-        @hookimpl
-        def aiter_ext_pool_resized(self, event: PoolResize) -> None:
-            seen.append(event)
-
-    pm = PluginManager(load_entrypoints=False)
-    pm.register_fix("observer", Observer())
-    event = PoolResize(pool=None, owner=None, old_capacity=33, new_capacity=34, reason="test")
-    pm.announce_resize(event)
-    assert seen == [event]
-    assert "observer" not in pm.fix_names()  # an observer is not a fix
-
-
-@pytest.fixture
-def third_party_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A real installed-style distribution (dist-info + module) on sys.path."""
-    (tmp_path / "thirdparty_fix.py").write_text(textwrap.dedent("""
+FIX_SOURCES = {
+    "tpf_good": """
         from sglang_aiter_plugin import FixState, FixStatus
+        from sglang_aiter_plugin.plugin import hookimpl
+        calls = []
+
+        @hookimpl
+        def aiter_ext_apply_fix(context):
+            calls.append(context)
+            return FixStatus("ignored", FixState.APPLIED, f"sglang {context.sglang_version}")
+    """,
+    "tpf_raising": """
         from sglang_aiter_plugin.plugin import hookimpl
 
         @hookimpl
         def aiter_ext_apply_fix(context):
-            return FixStatus("x", FixState.NOT_NEEDED, "third party says so")
-    """))
-    (tmp_path / "broken_fix.py").write_text("raise ImportError('missing dependency zzz')\n")
-    info = tmp_path / "thirdparty_fix-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: thirdparty-fix\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(
-        "[sglang_aiter_plugin.fixes]\nthird-party = thirdparty_fix\nbroken = broken_fix\n"
-    )
+            raise RuntimeError("probe exploded")
+    """,
+    "tpf_garbage": """
+        from sglang_aiter_plugin.plugin import hookimpl
+
+        @hookimpl
+        def aiter_ext_apply_fix(context):
+            return "applied"
+    """,
+    "tpf_unimportable": "raise ImportError('missing dependency zzz')\n",
+    "tpf_observer": """
+        from sglang_aiter_plugin.plugin import hookimpl
+        events = []
+
+        @hookimpl
+        def aiter_ext_pool_resized(event):
+            events.append(event)
+    """,
+}
+
+
+@pytest.fixture
+def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The third-party fix modules above, importable, and forgotten after the test."""
+    import textwrap
+
+    for name, source in FIX_SOURCES.items():
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
-    sys.modules.pop("thirdparty_fix", None)
+    for name in FIX_SOURCES:
+        sys.modules.pop(name, None)
 
 
-def test_third_party_fixes_come_from_the_entry_point_group(third_party_dist: Path) -> None:
-    pm = PluginManager()
-    statuses = {s.name: s for s in pm.apply_fixes(CONTEXT, Switches())}
-    assert statuses["third-party"].state is FixState.NOT_NEEDED
-    assert statuses["third-party"].detail == "third party says so"
-    assert statuses["broken"].state is FixState.FAILED
-    assert "missing dependency zzz" in statuses["broken"].detail
-    assert statuses["attention-backend"].state is FixState.APPLIED
+def _third_party(name: str, module: str) -> FixSource:
+    return FixSource(name, entry_point=EntryPoint(name, module, FIXES_GROUP))
+
+
+def _builtin_sources() -> list[FixSource]:
+    return [FixSource(name, module=module) for name, module in BUILTIN_FIXES]
+
+
+def _statuses(manager: PluginManager) -> dict[str, FixStatus]:
+    return {s.name: s for s in manager.apply_fixes(CONTEXT)}
+
+
+@pytest.mark.usefixtures("modules")
+def test_builtin_fixes_come_first_then_third_party_in_entry_point_order() -> None:
+    manager = PluginManager([*_builtin_sources(), _third_party("b", "tpf_good"),
+                             _third_party("a", "tpf_observer")])
+    assert manager.fix_names() == [*BUILTIN_NAMES, "b", "a"]
+
+
+@pytest.mark.usefixtures("modules")
+def test_a_raising_fix_fails_alone_and_its_status_carries_the_plugin_name() -> None:
+    manager = PluginManager([_third_party("boom", "tpf_raising"), _third_party("good", "tpf_good")])
+    statuses = _statuses(manager)
+    assert statuses["boom"].state is FixState.FAILED
+    assert statuses["boom"].detail == "RuntimeError: probe exploded"
+    assert statuses["good"] == FixStatus("good", FixState.APPLIED, "sglang 0.5.23")
+    assert len(sys.modules["tpf_good"].calls) == 1
+
+
+@pytest.mark.usefixtures("modules")
+def test_a_fix_that_cannot_be_imported_or_returns_garbage_is_failed() -> None:
+    manager = PluginManager([_third_party("gone", "tpf_unimportable"),
+                             _third_party("garbage", "tpf_garbage")])
+    statuses = _statuses(manager)
+    assert statuses["gone"].state is FixState.FAILED
+    assert "cannot load tpf_unimportable" in statuses["gone"].detail
+    assert "missing dependency zzz" in statuses["gone"].detail
+    assert statuses["garbage"].state is FixState.FAILED
+    assert "not a FixStatus" in statuses["garbage"].detail
+
+
+@pytest.mark.usefixtures("modules")
+def test_a_blocked_fix_is_reported_disabled_and_never_imported() -> None:
+    manager = PluginManager([_third_party("raising", "tpf_raising"),
+                             _third_party("good", "tpf_good")], blocked={"raising"})
+    assert "tpf_raising" not in sys.modules
+    assert manager.pluggy.is_blocked("raising")
+    statuses = _statuses(manager)
+    assert statuses["raising"].state is FixState.DISABLED
+    assert "SGLANG_AITER_EXT_DISABLE" in statuses["raising"].detail
+    assert "tpf_raising" not in sys.modules
+    assert statuses["good"].state is FixState.APPLIED
+
+
+def test_a_disabled_builtin_fix_is_not_imported_by_register() -> None:
+    code = """
+import sys
+from sglang_aiter_plugin import register
+register()
+from sglang_aiter_plugin._registration import last_statuses
+print("RESULT " + json.dumps({
+    "imported": "sglang_aiter_plugin.attention_backend.fix" in sys.modules,
+    "statuses": {s.name: s.state.value for s in last_statuses()},
+}))
+"""
+    result = run_python(code, env={"SGLANG_AITER_EXT_DISABLE": "attention-backend"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.data["imported"] is False
+    assert result.data["statuses"]["attention-backend"] == "disabled"
+
+
+def test_duplicate_fix_names_are_reported_and_the_first_one_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = FIX_SOURCES["tpf_good"]
+    write_distribution(tmp_path / "one", "dup-one", modules={"dup_one": good},
+                       entry_points={FIXES_GROUP: {"dup": "dup_one",
+                                                   BUILTIN_NAMES[0]: "dup_one"}})
+    write_distribution(tmp_path / "two", "dup-two", modules={"dup_two": good},
+                       entry_points={FIXES_GROUP: {"dup": "dup_two"}})
+    monkeypatch.syspath_prepend(str(tmp_path / "two"))
+    monkeypatch.syspath_prepend(str(tmp_path / "one"))
+    sources, problems = fix_sources()
+    names = [s.name for s in sources]
+    assert names.count("dup") == 1
+    assert names.count(BUILTIN_NAMES[0]) == 1
+    assert next(s for s in sources if s.name == BUILTIN_NAMES[0]).entry_point is None
+    details = sorted(p.detail for p in problems if p.name in ("dup", BUILTIN_NAMES[0]))
+    assert len(details) == 2
+    assert any("already taken by built-in" in d for d in details)
+    assert any("(from dup-two)" in d and "already taken by dup_one (from dup-one)" in d
+               for d in details)
+    for problem in problems:
+        assert problem.state is FixState.FAILED
+
+
+@pytest.mark.usefixtures("modules")
+def test_resize_observers_are_told_and_are_not_fixes() -> None:
+    manager = PluginManager([_third_party("observer", "tpf_observer")])
+    event = PoolResize(pool=None, owner=None, old_capacity=33, new_capacity=34, reason="test")
+    manager.announce_resize(event)
+    assert sys.modules["tpf_observer"].events == [event]
+    assert "observer" not in _statuses(manager)

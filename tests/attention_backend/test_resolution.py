@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_aiter_plugin.selection import MARKER_ATTR, SELECTED_ENV
-from tests.fixes.parity_launches import LAUNCHES, Resolutions
+from sglang_aiter_plugin.attention_backend import MARKER_ATTR, SELECTED_ENV
+from tests.attention_backend.launches import LAUNCHES, Resolutions
 
 NAMES = [launch.name for launch in LAUNCHES]
 
@@ -27,11 +27,20 @@ def test_aiter_ext_resolves_exactly_like_aiter(resolutions: Resolutions, name: s
     assert ext.config() == stock.config()
     assert ext.sources() == stock.sources()
     ext_env = {k: v for k, v in ext.env_writes.items() if k != SELECTED_ENV}
-    stock_env = {k: v for k, v in stock.env_writes.items() if k != SELECTED_ENV}
-    assert ext_env == stock_env
+    assert ext_env == stock.env_writes
     assert getattr(ext.record, MARKER_ATTR) == "aiter-ext"
-    assert getattr(stock.record, MARKER_ATTR) == "aiter"
-    assert (ext.env_writes[SELECTED_ENV], stock.env_writes[SELECTED_ENV]) == ("1", "0")
+    assert ext.env_writes[SELECTED_ENV] == "1"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_launch_without_aiter_ext_is_left_exactly_as_upstream(
+    resolutions: Resolutions, name: str
+) -> None:
+    """No marker on the record, nothing written into the environment, for aiter and triton."""
+    for backend in ("aiter", "triton"):
+        outcome = resolutions.get(name, backend)
+        assert not hasattr(outcome.record, MARKER_ATTR), backend
+        assert SELECTED_ENV not in outcome.env_writes, backend
 
 
 def test_the_matrix_covers_accepted_and_rejected_launches(resolutions: Resolutions) -> None:
@@ -58,8 +67,8 @@ def test_without_the_fold_aiter_ext_would_diverge(
     """Negative control: bypass the fold and the same launch resolves differently."""
     from sglang.srt.server_args import ServerArgs
 
-    from sglang_aiter_plugin.selection import fold_point
-    from tests.fixes.parity_launches import resolve
+    from sglang_aiter_plugin.attention_backend import fold_point
+    from tests.attention_backend.launches import resolve
 
     point = fold_point(ServerArgs)
     monkeypatch.setattr(ServerArgs, point, getattr(ServerArgs, point).__wrapped__)

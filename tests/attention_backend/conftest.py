@@ -1,4 +1,4 @@
-"""Fixtures of the parity tests: model directories and the resolutions, computed once."""
+"""Fixtures of the attention-backend tests: model directories and the resolutions, computed once."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_aiter_plugin.selection import SELECTED_ENV
-from tests.fixes.parity_launches import Resolutions, warm_up, write_models
+from sglang_aiter_plugin.attention_backend import SELECTED_ENV
+from tests.attention_backend.launches import Resolutions, warm_up, write_models
 
 
 @pytest.fixture(scope="session")

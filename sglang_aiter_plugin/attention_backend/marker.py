@@ -1,17 +1,19 @@
 """Where the choice of ``aiter-ext`` is kept once the name itself has been folded to ``aiter``.
 
 After the fold every field sglang reads says ``aiter``, so the choice of class travels beside
-the configuration, in two places:
+the configuration, in two places, and only when ``aiter-ext`` was chosen:
 
 * the attribute :data:`MARKER_ATTR` on the ``ServerArgs`` record. Schedulers and draft workers
   receive the launcher's record by pickle, and pickling keeps instance attributes (0.5.20+
   ``ServerArgs.__reduce__`` carries the bookkeeping; earlier releases pickle ``__dict__``).
   It is per record, so two engines in one process do not interfere.
-* the environment variable :data:`SELECTED_ENV`, written on every resolution (``1`` or ``0``)
-  and inherited by ``spawn`` children. It is the fallback for code paths that rebuild a record
-  from plain field values and so drop the attribute.
+* the environment variable :data:`SELECTED_ENV` (``1``), inherited by ``spawn`` children. It is
+  the fallback for code paths that rebuild a record from plain field values and so drop the
+  attribute.
 
-The record wins when it carries the attribute; the environment decides otherwise.
+A launch that does not choose ``aiter-ext`` gets neither: its record is untouched, and the
+variable is removed again if an earlier resolution in the same process wrote it. The record wins
+when it carries the attribute; the environment decides otherwise.
 """
 
 from __future__ import annotations
@@ -39,10 +41,23 @@ class SelectionError(ValueError):
     """The recorded choice of backend class cannot be read."""
 
 
+_written = False
+"""Whether this process wrote :data:`SELECTED_ENV` (an inherited value is the parent's)."""
+
+
 def record(server_args: Any, selected: bool) -> None:
-    """Write the choice on ``server_args`` and in this process's environment."""
-    setattr(server_args, MARKER_ATTR, EXT_NAME if selected else STOCK_NAME)
-    os.environ[SELECTED_ENV] = "1" if selected else "0"
+    """Record the choice of ``aiter-ext`` on ``server_args`` and in the environment.
+
+    Without the choice nothing is written, and a value this process wrote earlier is removed.
+    """
+    global _written
+    if selected:
+        setattr(server_args, MARKER_ATTR, EXT_NAME)
+        os.environ[SELECTED_ENV] = "1"
+        _written = True
+    elif _written:
+        os.environ.pop(SELECTED_ENV, None)
+        _written = False
 
 
 def is_selected(server_args: Any | None) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixes.parity_launches import Resolutions
+from tests.attention_backend.launches import Resolutions
 
 MLA_LAUNCHES = ["deepseek-v3", "deepseek-v3-split", "deepseek-v3-mtp"]
 
@@ -41,7 +41,8 @@ def _helper(module: str, name: str) -> Any:
 def _pair(resolutions: Resolutions, launch: str) -> tuple[dict[str, Any], dict[str, Any]]:
     stock = resolutions.get(launch, "aiter")
     ext = resolutions.get(launch, "aiter-ext")
-    assert stock.error is None and ext.error is None, (stock.error, ext.error)
+    assert stock.error is None, stock.error
+    assert ext.error is None, ext.error
     return stock.config(), ext.config()
 
 
@@ -134,7 +135,7 @@ def test_the_users_choice_stays_visible(resolutions: Resolutions) -> None:
 def test_the_fold_is_logged(
     resolutions: Resolutions, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from tests.fixes.parity_launches import LAUNCHES, resolve
+    from tests.attention_backend.launches import LAUNCHES, resolve
 
     logger = logging.getLogger("sglang_aiter_plugin")
     logger.addHandler(caplog.handler)
@@ -156,6 +157,8 @@ def test_doctor_describes_this_release(resolutions: Resolutions, sglang_version:
     record = resolutions.get("llama-32k", "aiter-ext").record
     raw = getattr(record, "_raw_input", None)
     if "launch_command" in note:
-        assert raw is not None and raw["attention_backend"] == "aiter-ext"
+        assert raw is not None
+        assert raw["attention_backend"] == "aiter-ext"
     else:
-        assert raw is None and record.attention_backend == "aiter"
+        assert raw is None
+        assert record.attention_backend == "aiter"

@@ -1,7 +1,7 @@
 """Canaries: a new sglang release that adds, moves or drops an ``"aiter"`` decision or an aiter
 construction site fails here, loudly, instead of silently diverging.
 
-The audits are pinned per release in ``tests/fixes/audit/<release>.txt``, written by
+The audits are pinned per release in ``tests/attention_backend/audit/<release>.txt``, written by
 ``tools/audit_aiter_literals.py`` from the release's own source.
 """
 
@@ -15,7 +15,8 @@ from types import ModuleType
 import pytest
 from packaging.version import Version
 
-from sglang_aiter_plugin.selection import CONSTRUCTION_SITES
+from sglang_aiter_plugin import _releases
+from sglang_aiter_plugin.attention_backend import CONSTRUCTION_SITES
 
 ROOT = Path(__file__).resolve().parents[2]
 AUDIT_DIR = Path(__file__).resolve().parent / "audit"
@@ -25,7 +26,8 @@ def _tool() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
         "audit_aiter_literals", ROOT / "tools" / "audit_aiter_literals.py"
     )
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -33,7 +35,8 @@ def _tool() -> ModuleType:
 
 def _package_dir() -> Path:
     spec = importlib.util.find_spec("sglang")
-    assert spec is not None and spec.submodule_search_locations
+    assert spec is not None
+    assert spec.submodule_search_locations
     return Path(next(iter(spec.submodule_search_locations)))
 
 
@@ -50,13 +53,14 @@ def pinned(sglang_version: object) -> list[str]:
             f"no pinned aiter audit for sglang {sglang_version}: run "
             f"`python tools/audit_aiter_literals.py {_package_dir()} --write`, review every new "
             "or changed line (a new \"aiter\" test is covered by the fold; a new construction "
-            "site needs a wrapper in sglang_aiter_plugin/selection/factories.py), then commit it"
+            "site needs a row in sglang_aiter_plugin/attention_backend/targets.py and a wrapper "
+            "in factories.py), then commit it"
         )
     return path.read_text(encoding="utf-8").splitlines()
 
 
 def test_every_supported_release_has_a_pinned_audit() -> None:
-    releases = {f"0.5.{minor}" for minor in range(11, 24)}
+    releases = set(_releases.TESTED)
     assert releases <= {p.stem for p in AUDIT_DIR.glob("*.txt")}
 
 
@@ -88,7 +92,7 @@ def test_the_fold_sits_at_the_first_resolution_step(
 ) -> None:
     from sglang.srt.server_args import ServerArgs
 
-    from sglang_aiter_plugin.selection import fold_point
+    from sglang_aiter_plugin.attention_backend import fold_point
 
     resolve_once = Version(str(sglang_version)) >= Version("0.5.19")
     expected = "resolve_once" if resolve_once else "__post_init__"

@@ -16,7 +16,7 @@ Where the fold runs, per release (every entry point -- ``launch_server``, ``sgla
   which is what those releases' own handlers do with a field; no ``_handle_*`` step runs first.
 
 Either way the first code that reads a backend name already sees ``aiter``. Guards run at the
-same point and stop the launch with a :class:`ParityError` naming the way out.
+same point and stop the launch with a :class:`BackendChoiceError` naming the way out.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sglang_aiter_plugin.selection import marker
+from sglang_aiter_plugin.attention_backend import marker
 
-__all__ = ["BACKEND_FIELDS", "ParityError", "fold", "fold_point", "install_fold"]
+__all__ = ["BACKEND_FIELDS", "BackendChoiceError", "fold", "fold_point", "install_fold"]
 
 logger = logging.getLogger("sglang_aiter_plugin")
 
@@ -42,7 +42,7 @@ SOURCE = "sglang_aiter_plugin"
 _WRAPPED_FLAG = "__sglang_aiter_plugin_fold__"
 
 
-class ParityError(ValueError):
+class BackendChoiceError(ValueError):
     """A launch that selects ``aiter-ext`` in a way the plugin cannot make behave like ``aiter``."""
 
 
@@ -55,13 +55,13 @@ def _check(server_args: Any, named: dict[str, str]) -> None:
     ext = sorted(f for f, v in named.items() if v == marker.EXT_NAME)
     stock = sorted(f for f, v in named.items() if v == marker.STOCK_NAME)
     if stock:
-        raise ParityError(
+        raise BackendChoiceError(
             f"attention backends mix 'aiter-ext' ({', '.join(ext)}) with 'aiter' "
             f"({', '.join(stock)}); sglang-aiter-plugin builds one class for every aiter backend "
             "of a server. Choose 'aiter-ext' for all of them, or 'aiter' for all of them."
         )
     if getattr(server_args, "use_ray", False):
-        raise ParityError(
+        raise BackendChoiceError(
             "--attention-backend aiter-ext cannot be used with --use-ray: sglang's Ray scheduler "
             "actors never load plugins, so they would build stock 'aiter' silently. Drop "
             "--use-ray, or use --attention-backend aiter."

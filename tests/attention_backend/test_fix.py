@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sglang_aiter_plugin.attention_backend import MARKER_ATTR
 from sglang_aiter_plugin.backend import AiterUnavailableError
 
 FLAGS = ["--attention-backend", "--prefill-attention-backend", "--decode-attention-backend"]
@@ -13,9 +14,16 @@ FLAGS = ["--attention-backend", "--prefill-attention-backend", "--decode-attenti
 def test_real_parser_accepts_aiter_ext(plugins_loaded, flag: str) -> None:  # type: ignore[no-untyped-def]
     from sglang.srt.server_args import prepare_server_args
 
+    from sglang_aiter_plugin.attention_backend import fold_point
+
     args = prepare_server_args(["--model-path", "dummy", flag, "aiter-ext"])
-    assert getattr(args, flag[2:].replace("-", "_")) in ("aiter-ext", "aiter")  # raw / folded
-    assert getattr(args, "_aiter_ext_impl", "aiter-ext") == "aiter-ext"
+    value = getattr(args, flag[2:].replace("-", "_"))
+    if fold_point(type(args)) == "__post_init__":  # 0.5.11-0.5.18 resolve while parsing
+        assert value == "aiter"
+        assert getattr(args, MARKER_ATTR) == "aiter-ext"
+    else:  # 0.5.19+ resolve later (resolve_once): the raw choice is kept until then
+        assert value == "aiter-ext"
+        assert not hasattr(args, MARKER_ATTR)
 
 
 @pytest.mark.parametrize("flag", FLAGS)
@@ -31,7 +39,7 @@ def test_real_parser_still_rejects_unknown_names(plugins_loaded, flag: str, caps
 def test_choice_is_added_once_in_the_shared_list(plugins_loaded) -> None:  # type: ignore[no-untyped-def]
     from sglang.srt import server_args
 
-    from sglang_aiter_plugin.fixes.attention_backend import add_choice
+    from sglang_aiter_plugin.attention_backend.fix import add_choice
 
     add_choice(server_args)
     add_choice(server_args)
@@ -41,12 +49,12 @@ def test_choice_is_added_once_in_the_shared_list(plugins_loaded) -> None:  # typ
 def test_building_aiter_ext_without_rocm_names_rocm_and_aiter(plugins_loaded) -> None:  # type: ignore[no-untyped-def]
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
 
-    from sglang_aiter_plugin.selection import MARKER_ATTR
-    from tests.doubles.bare_model_runner import BareModelRunnerDouble
+    from testkit.doubles.bare_model_runner import BareModelRunnerDouble
 
     record = type("Record", (), {MARKER_ATTR: "aiter-ext"})()
     with pytest.raises(AiterUnavailableError) as exc:  # the folded path: aiter's factory
         ATTENTION_BACKENDS["aiter"](BareModelRunnerDouble(record))
     message = str(exc.value)
     assert "aiter-ext cannot run here" in message
-    assert "ROCm" in message and "--attention-backend triton" in message
+    assert "ROCm" in message
+    assert "--attention-backend triton" in message

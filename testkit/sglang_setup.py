@@ -124,7 +124,7 @@ def configure(
     """Parse, publish and size as a scheduler would; return the runner double and capture sizes."""
     from sglang.srt.server_args import prepare_server_args
 
-    from tests.doubles.model_runner import build_model_runner
+    from testkit.doubles.model_runner import build_model_runner
 
     new = _sglang_version() >= Version("0.5.17")  # runtime_context.publish
     flags = scenario.new_flags if _sglang_version() >= Version("0.5.22") else scenario.old_flags

@@ -1,18 +1,12 @@
 """Build the plugin's classes at sglang's own ``aiter`` construction sites -- only when chosen.
 
-sglang constructs its aiter backend classes in exactly these places in 0.5.11-0.5.23 (pinned by
-the canary audit in ``tests/fixes/audit``):
-
-* ``attention_registry.create_aiter_backend`` (the ``ATTENTION_BACKENDS['aiter']`` factory),
-* ``DraftBackendFactory._create_aiter_prefill_backend`` (EAGLE/MTP draft extend),
-* ``DraftBackendFactory._create_aiter_decode_backend`` (multi-step draft decode), whose
-  ``AiterMultiStepDraftBackend.__init__`` builds its per-step ``AiterAttnBackend`` children
-  through a module-global name.
-
-Each of them imports the class from ``sglang.srt.layers.attention.aiter_backend`` when it runs.
-The plugin wraps the three functions; when the record (or the environment) says ``aiter-ext``
-was chosen, the wrapper calls sglang's own function with those two module names bound to the
-plugin's subclasses for the duration of the call. sglang's arguments, stamps (``"aiter"``) and
+sglang constructs its aiter backend classes at the construction sites of
+:data:`~.targets.TARGETS` (pinned per release by the canary audit in
+``tests/attention_backend/audit``). Each site imports the class from
+``sglang.srt.layers.attention.aiter_backend`` when it runs. The plugin wraps the three factory
+functions; when the record (or the environment) says ``aiter-ext`` was chosen, the wrapper runs a
+copy of sglang's own function in which that import yields the plugin's subclass
+(:func:`sglang_aiter_plugin._rebind.rebound`). sglang's arguments, stamps (``"aiter"``) and
 wrappers stay sglang's; ``isinstance(..., AiterMultiStepDraftBackend)`` still holds. Without the
 choice the stock function runs untouched. ``require_aiter()`` runs first, so a machine without
 ROCm fails there with the message naming ROCm and aiter.
@@ -20,80 +14,69 @@ ROCm fails there with the message naming ROCm and aiter.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from sglang_aiter_plugin.selection import marker
+from sglang_aiter_plugin.attention_backend import marker
+from sglang_aiter_plugin.attention_backend.targets import (
+    AITER_MODULE,
+    CONSTRUCTION_SITES,
+    DRAFT_UTILS_MODULE,
+    TARGETS,
+)
 
 __all__ = [
-    "AITER_MODULE",
     "CONSTRUCTION_SITES",
     "UnfoldedSelectionError",
     "build_plugin_classes",
     "install_draft_factories",
     "install_registry",
-    "plugin_classes_bound",
 ]
 
-AITER_MODULE = "sglang.srt.layers.attention.aiter_backend"
 DRAFT_FACTORY_METHODS = ("_create_aiter_prefill_backend", "_create_aiter_decode_backend")
-# (module, qualified name) of every function that constructs an aiter backend class.
-CONSTRUCTION_SITES = frozenset(
-    {
-        ("sglang.srt.layers.attention.attention_registry", "create_aiter_backend"),
-        ("sglang.srt.speculative.draft_utils", "DraftBackendFactory._create_aiter_prefill_backend"),
-        ("sglang.srt.speculative.draft_utils", "DraftBackendFactory._create_aiter_decode_backend"),
-        (AITER_MODULE, "AiterMultiStepDraftBackend.__init__"),
-    }
-)
 _WRAPPED_FLAG = "__sglang_aiter_plugin_factory__"
-_bind_lock = threading.RLock()
 
 
 class UnfoldedSelectionError(RuntimeError):
     """``aiter-ext`` reached the model runner without having been resolved as ``aiter``."""
 
 
-@contextlib.contextmanager
-def plugin_classes_bound() -> Iterator[tuple[type[Any], type[Any]]]:
-    """Bind ``AiterAttnBackend``/``AiterMultiStepDraftBackend`` to the plugin's classes."""
-    import importlib
-
+def _plugin_classes() -> dict[str, type[Any]]:
     from sglang_aiter_plugin.backend import backend_classes
 
-    attn_cls, multi_cls = backend_classes()  # imported (subclassing the stock classes) first
-    module: Any = importlib.import_module(AITER_MODULE)
-    with _bind_lock:
-        saved = module.AiterAttnBackend, module.AiterMultiStepDraftBackend
-        module.AiterAttnBackend, module.AiterMultiStepDraftBackend = attn_cls, multi_cls
-        try:
-            yield attn_cls, multi_cls
-        finally:
-            module.AiterAttnBackend, module.AiterMultiStepDraftBackend = saved
+    attn_cls, multi_cls = backend_classes()
+    return {"AiterAttnBackend": attn_cls, "AiterMultiStepDraftBackend": multi_cls}
 
 
-def build_plugin_classes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run sglang's construction function ``fn`` so that it builds the plugin's classes."""
+def build_plugin_classes(fn: Callable[..., Any], builds: str, *args: Any, **kwargs: Any) -> Any:
+    """Run sglang's construction function ``fn`` so that the ``builds`` class it imports is ours."""
+    from sglang_aiter_plugin._rebind import rebound
     from sglang_aiter_plugin.backend._availability import require_aiter
 
     require_aiter()
-    with plugin_classes_bound():
-        return fn(*args, **kwargs)
+    cls = _plugin_classes()[builds]
+    return rebound(fn, {builds: cls}, module=AITER_MODULE)(*args, **kwargs)
 
 
-def _selecting(original: Callable[..., Any], record_of: Callable[..., Any]) -> Callable[..., Any]:
+def _selecting(
+    original: Callable[..., Any], builds: str, record_of: Callable[..., Any]
+) -> Callable[..., Any]:
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if marker.is_selected(record_of(*args)):
-            return build_plugin_classes(original, *args, **kwargs)
+            return build_plugin_classes(original, builds, *args, **kwargs)
         return original(*args, **kwargs)
 
     setattr(wrapper, _WRAPPED_FLAG, True)
     return wrapper
+
+
+def _builds(module: str, qualname: str) -> str:
+    (target,) = [t for t in TARGETS if t.module == module and t.qualname == qualname]
+    assert target.builds is not None
+    return target.builds
 
 
 def _runner_record(runner: Any, *_: Any) -> Any:
@@ -124,7 +107,8 @@ def install_registry(registry: ModuleType) -> None:
     backends: dict[str, Any] = registry.ATTENTION_BACKENDS
     current = backends[marker.STOCK_NAME]
     if not getattr(current, _WRAPPED_FLAG, False):
-        backends[marker.STOCK_NAME] = _selecting(current, _runner_record)
+        builds = _builds(registry.__name__, f"ATTENTION_BACKENDS[{marker.STOCK_NAME!r}]")
+        backends[marker.STOCK_NAME] = _selecting(current, builds, _runner_record)
     if backends.get(marker.EXT_NAME) is not unfolded_backend:
         registry.register_attention_backend(marker.EXT_NAME)(unfolded_backend)
 
@@ -135,4 +119,5 @@ def install_draft_factories(draft_utils: ModuleType) -> None:
     for name in DRAFT_FACTORY_METHODS:
         current = getattr(factory_cls, name)
         if not getattr(current, _WRAPPED_FLAG, False):
-            setattr(factory_cls, name, _selecting(current, _draft_record))
+            builds = _builds(DRAFT_UTILS_MODULE, f"DraftBackendFactory.{name}")
+            setattr(factory_cls, name, _selecting(current, builds, _draft_record))

@@ -1,4 +1,4 @@
-"""The launches of the parity tests: tiny local model directories and one resolution per backend.
+"""The launches of the attention-backend tests: tiny local models, one resolution per backend.
 
 Each model is a ``config.json`` only (no weights, no tokenizer: ``skip_tokenizer_init``), written
 under ``tmp_path``. A launch is resolved exactly as sglang's launcher does it in the installed
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sglang_aiter_plugin.selection import SELECTED_ENV
-from tests.doubles.rocm_platform import simulated_rocm
+from sglang_aiter_plugin.attention_backend import SELECTED_ENV
+from testkit.doubles.rocm_platform import simulated_rocm
 
 __all__ = [
     "LAUNCHES",

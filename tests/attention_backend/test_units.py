@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from sglang_aiter_plugin.selection import fold_point
-from sglang_aiter_plugin.selection.fold import fold
+from sglang_aiter_plugin.attention_backend import fold_point
+from sglang_aiter_plugin.attention_backend.fold import fold
 
 
 def _folded_record(backend: str, **fields: Any) -> Any:

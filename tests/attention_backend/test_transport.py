@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from sglang_aiter_plugin.selection import MARKER_ATTR, SELECTED_ENV, is_selected
-from tests.fixes import parity_child
-from tests.fixes.parity_launches import Resolutions
+from sglang_aiter_plugin.attention_backend import MARKER_ATTR, SELECTED_ENV, is_selected
+from tests.attention_backend import child
+from tests.attention_backend.launches import Resolutions
 
 
 def _resolved(resolutions: Resolutions, backend: str) -> Any:
@@ -38,25 +38,28 @@ def test_a_spawn_child_sees_the_choice(
 ) -> None:
     outcome = _resolved(resolutions, backend)
     # the launcher's environment right after resolution, inherited by its children
-    monkeypatch.setenv(SELECTED_ENV, str(outcome.env_writes[SELECTED_ENV]))
+    monkeypatch.delenv(SELECTED_ENV, raising=False)
+    if SELECTED_ENV in outcome.env_writes:
+        monkeypatch.setenv(SELECTED_ENV, str(outcome.env_writes[SELECTED_ENV]))
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    child = context.Process(
-        target=parity_child.report, args=(pickle.dumps(outcome.record), queue)
+    process = context.Process(
+        target=child.report, args=(pickle.dumps(outcome.record), queue)
     )
-    child.start()
+    process.start()
     try:
         data = queue.get(timeout=300)
     finally:
-        child.join(timeout=60)
+        process.join(timeout=60)
     assert "error" not in data, data["error"]
     chosen = backend == "aiter-ext"
-    assert data["marker"] == backend
-    assert data["env"] == ("1" if chosen else "0")
+    assert data["marker"] == ("aiter-ext" if chosen else None)
+    assert data["env"] == ("1" if chosen else None)
     assert data["attention_backend"] == "aiter"
     assert data["selected"] is chosen
     assert data["selected_without_marker"] is chosen  # the environment fallback
-    assert data["registry_wrapped"] and data["draft_wrapped"]
+    assert data["registry_wrapped"]
+    assert data["draft_wrapped"]
     published = data["published"]
     if published is not None:  # 0.5.17+: what the scheduler's runtime reads after publish
         assert "error" not in published, published["error"]

@@ -70,7 +70,10 @@ class DecodeBatch:
             )
 
     def forward(self, layer: Any) -> torch.Tensor:
-        return self.backend.forward_decode(self.q, None, None, layer, self.fb, save_kv_cache=False)
+        out: torch.Tensor = self.backend.forward_decode(
+            self.q, None, None, layer, self.fb, save_kv_cache=False
+        )
+        return out
 
 
 def draft_batch(runner: Any, bs: int, device: str, seq_len: int = 9) -> Batch:

@@ -1,15 +1,18 @@
 """Fix ``attention-backend``: ``aiter-ext`` is sglang's ``aiter``, built as the plugin's classes.
 
-Patches (``module:qualname``, all listed in :data:`~.targets.TARGETS`):
+Patches (``module:qualname``; the table is :data:`~.targets.TARGETS`):
     * ``sglang.srt.server_args:ATTENTION_BACKEND_CHOICES`` -- ``aiter-ext`` appended, in place;
-    * ``sglang.srt.server_args:ServerArgs.resolve_once`` (0.5.19+) or
-      ``sglang.srt.server_args:ServerArgs.__post_init__`` (0.5.11-0.5.18) -- wrapped: the fold;
+    * ``sglang.srt.server_args:ServerArgs.resolve_once`` (0.5.19+) -- wrapped: the fold;
+    * ``sglang.srt.server_args:ServerArgs.__post_init__`` (0.5.11-0.5.18) -- wrapped: the fold;
     * ``sglang.srt.layers.attention.attention_registry:ATTENTION_BACKENDS['aiter']`` -- wrapped;
-      ``ATTENTION_BACKENDS['aiter-ext']`` -- added, fails fast;
+    * ``sglang.srt.layers.attention.attention_registry:ATTENTION_BACKENDS['aiter-ext']`` --
+      added, fails fast when the fold was skipped;
     * ``sglang.srt.speculative.draft_utils:DraftBackendFactory._create_aiter_prefill_backend``
-      and ``..._create_aiter_decode_backend`` -- wrapped.
-    ``sglang.srt.layers.attention.aiter_backend:AiterMultiStepDraftBackend.__init__`` is not
-    modified: the plugin's draft class runs a copy of it that builds the plugin's children.
+      -- wrapped;
+    * ``sglang.srt.speculative.draft_utils:DraftBackendFactory._create_aiter_decode_backend``
+      -- wrapped;
+    * ``sglang.srt.layers.attention.aiter_backend:AiterMultiStepDraftBackend.__init__`` -- not
+      modified: the plugin's draft class runs a copy of it that builds the plugin's children.
 Why:
     sglang decides by the literal name ``"aiter"`` in many places (28 attention decision points
     in 0.5.23: the long-context memory fraction, GPT-OSS/Llama-4/Gemma-4 validation, Kimi-K3 DCP,

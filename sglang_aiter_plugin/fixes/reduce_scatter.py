@@ -1,5 +1,8 @@
 """Fix ``reduce-scatter-tms``: no IPC registration of the caller's tensors when it cannot work.
 
+Patches (``module:qualname``):
+    * ``sglang.srt.distributed.parallel_state:GroupCoordinator._maybe_aiter_reduce_scatter``
+      (0.5.15+) -- one AROUND hook, installed only where the probe finds a switch ignored.
 Why:
     While a stream captures a CUDA graph, sglang's
     ``GroupCoordinator._maybe_aiter_reduce_scatter`` calls the AITER custom reduce-scatter with

@@ -1,7 +1,20 @@
 """Test doubles, all in one place, for what cannot exist on a machine without ROCm or a server.
 
-Only these are doubles: aiter's kernels and communicator (``aiter_constructors``), the one name
-sglang's aiter backend binds only beside aiter (``aiter_backend_imports``), the handful of
-model-runner attributes a backend reads (``model_runner``), and the ROCm host itself
-(``rocm_platform``). sglang itself is always the real release under test. One module per double.
+sglang itself is always the real release under test. One module per double, each listed in
+:data:`DOUBLES` with what it stands in for (a test keeps this list complete).
 """
+
+from __future__ import annotations
+
+__all__ = ["DOUBLES"]
+
+DOUBLES: dict[str, str] = {
+    "aiter_backend_imports": "the one name sglang's aiter backend binds only beside aiter "
+    "(reset_verify_attn_plan_cache, 0.5.20+)",
+    "bare_model_runner": "a model runner that carries only its server arguments",
+    "communicator": "aiter's custom all-reduce communicator, recording what it is asked",
+    "future_reduce_scatter": "a future sglang whose reduce-scatter honours every switch",
+    "model_runner": "the model-runner attributes a backend reads (pools, sizes, device)",
+    "reducing_communicator": "aiter's communicator doing a real reduce-scatter on the stream",
+    "rocm_platform": "the ROCm host itself (sglang's platform answers, not torch's)",
+}

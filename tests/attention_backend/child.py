@@ -47,7 +47,7 @@ def _published(record: Any) -> dict[str, Any] | None:
 
 
 def report(payload: bytes, queue: Any) -> None:
-    sys.modules.setdefault("aiter", None)  # type: ignore[assignment]
+    sys.modules.setdefault("aiter", None)  # type: ignore[arg-type]
     try:
         record = pickle.loads(payload)
         from sglang.srt.plugins import load_plugins

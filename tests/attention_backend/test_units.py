@@ -47,3 +47,24 @@ def test_kimi_k3_dcp_overrides_match(monkeypatch: pytest.MonkeyPatch) -> None:
     ext = _outcome(overrides, _folded_record("aiter-ext", dcp_size=2), None)
     assert ext == stock
     assert stock["decode_attention_backend"] == "aiter"
+
+
+def test_a_later_launch_without_the_choice_removes_what_an_earlier_one_wrote(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two engines in one process: the second (aiter) must not inherit the first's choice."""
+    import os
+    from types import SimpleNamespace
+
+    from sglang_aiter_plugin.attention_backend import MARKER_ATTR, SELECTED_ENV, marker
+
+    monkeypatch.delenv(SELECTED_ENV, raising=False)
+    monkeypatch.setattr(marker, "_written", False)
+    first, second = SimpleNamespace(), SimpleNamespace()
+    marker.record(first, selected=True)
+    assert os.environ[SELECTED_ENV] == "1"
+    marker.record(second, selected=False)
+    assert SELECTED_ENV not in os.environ
+    assert getattr(first, MARKER_ATTR) == "aiter-ext"
+    assert not hasattr(second, MARKER_ATTR)
+    assert not marker.is_selected(second)

@@ -51,7 +51,7 @@ def test_an_unknown_batch_sized_buffer_fails_loudly(sglang_setup: Setup) -> None
             super().__init__(model_runner, *args)
             self.new_seq_starts = torch.zeros(POOL + 1, dtype=torch.int32)
 
-    class ExtOnFutureRelease(AiterExtAttnBackend, FutureRelease):  # type: ignore[misc]
+    class ExtOnFutureRelease(AiterExtAttnBackend, FutureRelease):
         pass
 
     with pytest.raises(UnknownBatchBufferError) as exc:

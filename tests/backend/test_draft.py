@@ -13,10 +13,11 @@ STEPS = 3
 
 
 def _build(kind: str, setup: Setup, topk: int) -> Any:
-    if kind == "aiter-ext":
-        from sglang_aiter_plugin.backend.classes import AiterExtMultiStepDraftBackend as cls
-    else:
-        from sglang.srt.layers.attention.aiter_backend import AiterMultiStepDraftBackend as cls
+    from sglang.srt.layers.attention.aiter_backend import AiterMultiStepDraftBackend
+
+    from sglang_aiter_plugin.backend.classes import AiterExtMultiStepDraftBackend
+
+    cls = AiterExtMultiStepDraftBackend if kind == "aiter-ext" else AiterMultiStepDraftBackend
     draft = cls(setup.runner, topk, STEPS)
     draft.init_cuda_graph_state(setup.max_bs, setup.max_bs)
     return draft

@@ -40,7 +40,8 @@ def _backend_class(kind: str) -> type[Any]:
         return AiterExtAttnBackend
     from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
 
-    return AiterAttnBackend
+    stock: type[Any] = AiterAttnBackend
+    return stock
 
 
 def _build(kind: str, setup: Setup, decode_path: str, monkeypatch: pytest.MonkeyPatch) -> Any:

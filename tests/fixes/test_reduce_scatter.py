@@ -84,7 +84,7 @@ print("RESULT " + json.dumps({
 _runs: dict[bool, Any] = {}
 
 
-@pytest.fixture()
+@pytest.fixture
 def has_method(sglang_version: Version) -> None:
     if sglang_version < FIRST_WITH_METHOD:
         pytest.skip(f"sglang {sglang_version} has no GroupCoordinator._maybe_aiter_reduce_scatter")

@@ -19,7 +19,7 @@ def parallel_state():  # type: ignore[no-untyped-def]
     return parallel_state
 
 
-@pytest.fixture()
+@pytest.fixture
 def has_method(sglang_version: Version) -> None:
     if sglang_version < FIRST_WITH_METHOD:
         pytest.skip(f"sglang {sglang_version} has no GroupCoordinator.{METHOD} (added in 0.5.15)")

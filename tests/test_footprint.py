@@ -1,0 +1,82 @@
+"""A launch that does not choose ``aiter-ext`` keeps sglang exactly as upstream ships it.
+
+What may remain: ``aiter-ext`` in the CLI choices, the registry entries, the plugin's log line.
+What must not: an environment variable, an attribute on the record, an import hook that outlives
+its work, a module whose loader is the plugin's, a logger that hides records from the
+application's handlers.
+"""
+
+from __future__ import annotations
+
+from testkit.subproc import run_python
+
+LAUNCH = """
+import logging, os
+before = dict(os.environ)
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang.srt.server_args import ServerArgs
+import sglang.srt.layers.attention.attention_registry as registry
+record = ServerArgs(model_path="dummy", attention_backend="triton")
+if hasattr(record, "resolve_once"):  # 0.5.19+: the plugin's fold runs first, then sglang's
+    try:
+        record.resolve_once()
+    except Exception:  # a dummy model cannot resolve fully; the fold has run by then
+        pass
+from sglang_aiter_plugin._post_import import _Finder, _Loader
+from sglang_aiter_plugin.attention_backend import MARKER_ATTR
+from sglang_aiter_plugin._registration import last_statuses
+loaders = [m.__spec__.loader for m in (registry, sys.modules["sglang.srt.server_args"])]
+plugin_logger = logging.getLogger("sglang_aiter_plugin")
+print("RESULT " + json.dumps({
+    "env_added": sorted(set(os.environ) - set(before)),
+    "marker": hasattr(record, MARKER_ATTR),
+    "finders": [type(f).__name__ for f in sys.meta_path if isinstance(f, _Finder)],
+    "plugin_loaders": [type(l).__name__ for l in loaders if isinstance(l, _Loader)],
+    "module_loaders": [type(m.__loader__).__name__ for m in (registry,)],
+    "propagate": plugin_logger.propagate,
+    "statuses": {s.name: s.state.value for s in last_statuses()},
+}))
+"""
+
+
+def test_a_launch_without_aiter_ext_leaves_nothing_behind() -> None:
+    result = run_python(LAUNCH)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = result.data
+    # the same launch with the plugin switched off (it then touches nothing): sglang's own writes
+    control = run_python(LAUNCH, env={"SGLANG_AITER_EXT": "0"})
+    assert control.returncode == 0, control.stderr[-3000:]
+    assert data["statuses"]["attention-backend"] == "applied"  # the fix did run here
+    assert data["env_added"] == control.data["env_added"]
+    assert data["marker"] is False
+    assert data["finders"] == []  # the import hook is gone once nothing waits
+    assert data["plugin_loaders"] == []  # the modules it watched keep their own loaders
+    assert data["module_loaders"] == ["SourceFileLoader"]
+    assert data["propagate"] is True
+
+
+APPLICATION_LOGGING = """
+import logging
+logging.basicConfig(level=logging.INFO, format="APP %(name)s: %(message)s")
+from sglang.srt.plugins import load_plugins
+load_plugins()
+print("RESULT " + json.dumps({}))
+"""
+
+
+def test_the_applications_handlers_see_the_plugins_line_exactly_once() -> None:
+    result = run_python(APPLICATION_LOGGING)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [ln for ln in result.stderr.splitlines() if "sglang-aiter-plugin 0" in ln]
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith("APP sglang_aiter_plugin: ")
+
+
+def test_with_nothing_configured_the_plugins_line_is_still_visible() -> None:
+    result = run_python("from sglang.srt.plugins import load_plugins\nload_plugins()\n"
+                        "print('RESULT {}')")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [ln for ln in result.stderr.splitlines() if "sglang-aiter-plugin 0" in ln]
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert " INFO sglang_aiter_plugin: " in lines[0]

@@ -1,0 +1,52 @@
+"""Each built-in fix carries a ledger: what it patches, why, how, upstream, when to remove it."""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+import pytest
+
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES
+
+SECTIONS = ("Patches", "Why:", "How:", "Upstream PR:", "Remove when:")
+SYMBOL = re.compile(r"``(sglang\.[\w.]+):([\w.\[\]'\-]+)``")
+
+
+@pytest.mark.parametrize(("name", "module"), BUILTIN_FIXES)
+def test_every_builtin_fix_has_a_complete_ledger(name: str, module: str) -> None:
+    doc = importlib.import_module(module).__doc__ or ""
+    positions = [doc.find(section) for section in SECTIONS]
+    assert -1 not in positions, f"{module}: missing {[s for s in SECTIONS if s not in doc]}"
+    assert positions == sorted(positions), f"{module}: sections out of order"
+    patches = doc[positions[0]:positions[1]]
+    assert SYMBOL.findall(patches), f"{module}: the ledger names no sglang symbol"
+
+
+def test_the_attention_backend_ledger_lists_exactly_its_target_table() -> None:
+    from sglang_aiter_plugin.attention_backend import TARGETS, fix
+
+    doc = fix.__doc__ or ""
+    patches = doc[doc.index("Patches"):doc.index("Why:")]
+    named = {f"{m}:{q}" for m, q in SYMBOL.findall(patches)}
+    assert named == {str(t) for t in TARGETS}
+
+
+@pytest.mark.usefixtures("plugins_loaded")
+def test_every_target_exists_in_the_installed_release() -> None:
+    """The table names real symbols: a rename in sglang turns this red before users see it."""
+    from sglang_aiter_plugin.attention_backend import TARGETS
+
+    missing = []
+    for target in TARGETS:
+        module = importlib.import_module(target.module)
+        head, _, key = target.qualname.partition("[")
+        obj: object = module
+        for part in head.split("."):
+            obj = getattr(obj, part, None)
+        if key:
+            obj = obj.get(key.rstrip("]").strip("'")) if isinstance(obj, dict) else None
+        release_specific = re.search(r"\(0\.5\.\d+", target.change) is not None
+        if obj is None and not release_specific:
+            missing.append(str(target))
+    assert missing == []

@@ -14,7 +14,7 @@ Measures, interleaved in one run so machine noise hits every variant alike:
 "Not installed" is real: every variant runs with ``-S`` on a PYTHONPATH overlay of the
 environment's site-packages (symlinks), with or without this project's distribution in it.
 
-    .venv/bin/python benchmarks/startup.py --runs 15
+    .venv/bin/python -m benchmarks.startup --runs 15
 """
 
 from __future__ import annotations

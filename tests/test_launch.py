@@ -1,8 +1,10 @@
-"""A real `sglang serve ... --attention-backend aiter-ext` on this GPU-less machine.
+"""Real launches with ``aiter-ext`` on this machine, which has no ROCm (and no accelerator).
 
-sglang must accept the name, the plugin's log line must appear, and the process must end with
-the plugin's own message or, on a host without an accelerator, with sglang's first platform error
-after that line; never `invalid choice`.
+``sglang serve``, ``python -m sglang.launch_server`` and ``sglang.Engine(...)``: sglang must
+accept the name, the plugin's log line must appear, and the launch must stop with the plugin's own
+message -- what is missing and the way out -- as its final error, before any of sglang's device
+detection (which would fail here with sglang's own "No accelerator" error); never
+``invalid choice``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -72,43 +75,65 @@ def tiny_llama(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _serve(model: Path, backend: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("sglang", path=os.path.dirname(sys.executable))
-    assert exe, "sglang's console script is installed in the environment"
+ENGINE = (
+    "import sys; sys.modules.setdefault('aiter', None); import sglang as sgl; "
+    "sgl.Engine(model_path=sys.argv[1], attention_backend=sys.argv[2], port=int(sys.argv[3]), "
+    "skip_tokenizer_init=True)"
+)
+
+
+def _launch(how: str, model: Path, backend: str) -> subprocess.CompletedProcess[str]:
+    bindir = os.path.dirname(sys.executable)
     base = _free_base_port()
+    args = ["--model-path", str(model), "--attention-backend", backend, "--port", str(base),
+            "--skip-tokenizer-init"]
+    if how == "sglang serve":
+        exe = shutil.which("sglang", path=bindir)
+        assert exe, "sglang's console script is installed in the environment"
+        cmd = [exe, "serve", *args]
+    elif how == "launch_server":
+        cmd = [sys.executable, "-m", "sglang.launch_server", *args]
+    else:
+        cmd = [sys.executable, "-c", ENGINE, str(model), backend, str(base)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     env.setdefault("PYTHONUNBUFFERED", "1")
     try:
-        return subprocess.run(
-            [exe, "serve", "--model-path", str(model), "--attention-backend", backend,
-             "--port", str(base), "--skip-tokenizer-init"],
-            capture_output=True, text=True, env=env, timeout=600,
-        )
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     finally:
         _wait_ports_free(base)
 
 
-def test_serve_with_aiter_ext_gets_past_parsing_and_logs_the_plugin(tiny_llama: Path) -> None:
-    proc = _serve(tiny_llama, "aiter-ext")
+def _serve(model: Path, backend: str) -> subprocess.CompletedProcess[str]:
+    return _launch("sglang serve", model, backend)
+
+
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
+
+
+@pytest.mark.parametrize("how", ["sglang serve", "launch_server", "Engine"])
+def test_aiter_ext_without_rocm_stops_first_with_the_plugins_message(
+    tiny_llama: Path, how: str
+) -> None:
+    proc = _launch(how, tiny_llama, "aiter-ext")
     out = proc.stdout + proc.stderr
     assert "invalid choice" not in out
-    assert proc.returncode != 0  # no accelerator and no ROCm here: it must stop, loudly
+    assert proc.returncode != 0  # no ROCm here: it must stop, loudly
     lines = out.splitlines()
-    plugin_line = next(i for i, ln in enumerate(lines) if "sglang-aiter-plugin 0" in ln)
-    line = lines[plugin_line]
-    # `sglang serve` loads plugins before it imports the backend registry: the fix says so
-    assert ("attention-backend=applied (" in line) or (
-        "attention-backend=pending (" in line
-        and "when sglang imports sglang.srt.layers.attention.attention_registry" in line
-    ), line
-    # the first error after the plugin's line: the plugin's own message, or sglang's device error
-    errors = [ln for ln in lines[plugin_line + 1 :] if ln.startswith(("RuntimeError", "sglang_"))
-              or "AiterUnavailableError" in ln]
+    plugin_line = next((ln for ln in lines if "sglang-aiter-plugin 0" in ln), None)
+    assert plugin_line is not None, out[-3000:]
+    assert ("attention-backend=applied (" in plugin_line) or (
+        "attention-backend=pending (" in plugin_line
+        and "when sglang imports sglang.srt.layers.attention.attention_registry" in plugin_line
+    ), plugin_line
+    errors = [ln for ln in lines if EXCEPTION_LINE.match(ln)]
     assert errors, out[-3000:]
-    first = errors[0]
-    assert ("aiter-ext cannot run here" in first) or (
-        "No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) or platform plugin is available" in first
-    ), first
+    final = errors[-1]
+    assert final.startswith("sglang_aiter_plugin.backend._availability.AiterUnavailableError: "
+                            "--attention-backend aiter-ext cannot run here: "), final
+    assert "not a ROCm build" in final
+    assert "sglang's ROCm image" in final
+    assert "--attention-backend triton" in final
+    assert "No accelerator" not in out  # sglang's device detection never ran
 
 
 def test_unknown_backend_is_still_rejected_by_the_parser(tiny_llama: Path) -> None:

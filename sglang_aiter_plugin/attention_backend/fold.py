@@ -16,7 +16,10 @@ Where the fold runs, per release (every entry point -- ``launch_server``, ``sgla
   which is what those releases' own handlers do with a field; no ``_handle_*`` step runs first.
 
 Either way the first code that reads a backend name already sees ``aiter``. Guards run at the
-same point and stop the launch with a :class:`BackendChoiceError` naming the way out.
+same point: a machine that cannot run aiter (no ROCm torch, no aiter package) stops with the
+plugin's ``AiterUnavailableError``, before sglang detects devices or loads weights, and a launch
+the plugin cannot make behave like ``aiter`` stops with a :class:`BackendChoiceError`; both name
+the way out.
 """
 
 from __future__ import annotations
@@ -79,6 +82,9 @@ def fold(server_args: Any, *, declare: bool) -> list[str]:
     }
     folded = sorted(f for f, v in named.items() if v == marker.EXT_NAME)
     if folded:
+        from sglang_aiter_plugin.backend._availability import require_rocm_host
+
+        require_rocm_host()  # before sglang detects devices or loads anything
         _check(server_args, named)
         renamed = dict.fromkeys(folded, marker.STOCK_NAME)
         if declare:

@@ -1,21 +1,42 @@
-"""Whether the ROCm ``aiter`` package can run here, answered once with a precise reason."""
+"""Whether the ROCm ``aiter`` package can run here, answered with a precise reason.
+
+Two questions, at two moments:
+
+* :func:`host_problem` -- cheap, without importing aiter: a ROCm build of torch, and an ``aiter``
+  package that Python can find. Asked where the choice of ``aiter-ext`` is first seen (the start
+  of sglang's argument resolution), so a machine that cannot run it stops before sglang detects
+  devices or loads weights.
+* :func:`aiter_problem` -- ``import aiter`` itself (its JIT needs ROCm). Asked when the backend is
+  built and by ``doctor``.
+"""
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import sys
 
-__all__ = ["AiterUnavailableError", "aiter_problem", "require_aiter"]
+__all__ = [
+    "AiterUnavailableError",
+    "aiter_problem",
+    "host_problem",
+    "require_aiter",
+    "require_rocm_host",
+]
+
+WAY_OUT = (
+    "Use sglang's ROCm image (it ships aiter) on an MI300/MI355-class GPU, or choose another "
+    "attention backend (e.g. --attention-backend triton)."
+)
 
 
 class AiterUnavailableError(RuntimeError):
     """``aiter-ext`` was selected on a machine where AMD's aiter kernels cannot run."""
 
 
-@functools.lru_cache(maxsize=1)
-def aiter_problem() -> str | None:
-    """``None`` when ``import aiter`` works on a ROCm build of torch; otherwise why not."""
+def host_problem() -> str | None:
+    """``None`` on a ROCm build of torch with an importable-looking ``aiter``; else why not."""
     import torch
 
     hip = getattr(torch.version, "hip", None)
@@ -26,6 +47,17 @@ def aiter_problem() -> str | None:
         )
     if "aiter" in sys.modules and sys.modules["aiter"] is None:
         return "import of aiter is blocked in this process (sys.modules['aiter'] is None)"
+    if "aiter" not in sys.modules and importlib.util.find_spec("aiter") is None:
+        return f"no aiter package is installed for this Python ({sys.executable})"
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def aiter_problem() -> str | None:
+    """``None`` when ``import aiter`` works on a ROCm build of torch; otherwise why not."""
+    problem = host_problem()
+    if problem is not None:
+        return problem
     try:
         importlib.import_module("aiter")
     except Exception as exc:  # amd-aiter raises RuntimeError, not ImportError, off ROCm
@@ -33,11 +65,20 @@ def aiter_problem() -> str | None:
     return None
 
 
+def _error(problem: str) -> AiterUnavailableError:
+    return AiterUnavailableError(f"--attention-backend aiter-ext cannot run here: {problem}. "
+                                 f"{WAY_OUT}")
+
+
+def require_rocm_host() -> None:
+    """Raise :class:`AiterUnavailableError` when :func:`host_problem` finds one (no aiter import)."""
+    problem = host_problem()
+    if problem is not None:
+        raise _error(problem)
+
+
 def require_aiter() -> None:
+    """Raise :class:`AiterUnavailableError` unless ``import aiter`` works here."""
     problem = aiter_problem()
     if problem is not None:
-        raise AiterUnavailableError(
-            f"--attention-backend aiter-ext cannot run here: {problem}. Use sglang's ROCm image "
-            "(it ships aiter) on an MI300/MI355-class GPU, or choose another attention backend "
-            "(e.g. --attention-backend triton)."
-        )
+        raise _error(problem)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["MI300_FACTS", "simulated_rocm"]
+__all__ = ["MI300_FACTS", "rocm_host", "simulated_rocm"]
 
 GIB_IN_MB = 1024
 MI300_FACTS: dict[str, Any] = {
@@ -70,7 +70,9 @@ def _swap(table: dict[int, Any]) -> list[tuple[dict[str, Any], str, Any]]:
 
 @contextlib.contextmanager
 def simulated_rocm(**overrides: Any) -> Iterator[None]:
-    """Every sglang platform probe answers as on an MI300X (gfx942, 192 GiB) inside the block."""
+    """Every sglang platform probe answers as on an MI300X (gfx942, 192 GiB) inside the block,
+    and so does the plugin's own question whether this host can run aiter (ROCm torch and an
+    aiter package: :func:`rocm_host`)."""
     from sglang.srt.utils import common
 
     facts = {**MI300_FACTS, **overrides}
@@ -78,6 +80,20 @@ def simulated_rocm(**overrides: Any) -> Iterator[None]:
     fakes = {n: _const(facts[n]) for n in originals}
     _swap({id(originals[n]): fakes[n] for n in originals})
     try:
-        yield
+        with rocm_host():
+            yield
     finally:  # also the copies taken by modules first imported inside the block
         _swap({id(fakes[n]): originals[n] for n in originals})
+
+
+@contextlib.contextmanager
+def rocm_host() -> Iterator[None]:
+    """The plugin's host check answers as on a ROCm machine with aiter installed."""
+    from sglang_aiter_plugin.backend import _availability
+
+    original = _availability.host_problem
+    _availability.host_problem = lambda: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        _availability.host_problem = original  # type: ignore[assignment]

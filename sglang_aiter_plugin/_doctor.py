@@ -6,9 +6,11 @@ sglang's own plugin loader, the fixes applied in this process. Nothing is assume
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import textwrap
@@ -17,18 +19,27 @@ from dataclasses import dataclass, field
 from packaging.version import Version
 
 from sglang_aiter_plugin._sglang import (
+    OLDEST_SUPPORTED,
     SUPPORTED_RANGE,
     Support,
     installed_sglang_version,
     support_of,
 )
-from sglang_aiter_plugin._status import FixState
+from sglang_aiter_plugin._status import FixState, FixStatus
+from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR, Switches
+from sglang_aiter_plugin._text import shorten
 from sglang_aiter_plugin._version import __version__
 
 __all__ = ["Check", "Report", "collect", "naming_note", "render_json", "render_table"]
 
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 ENTRY_POINT_NAME = "aiter_ext"
+EXT_NAME = "aiter-ext"
+FIX_NAME = "attention-backend"
+INSTALL_HINT = (
+    "`pip install .` in a checkout of sglang-aiter-plugin, or `pip install git+<its repository "
+    "URL>`; see the README"
+)
 
 
 @dataclass(frozen=True)
@@ -57,8 +68,10 @@ def collect(selected_backend: str | None = None) -> Report:
     report.add("plugin", INFO, f"sglang-aiter-plugin {__version__}")
     _check_sglang(report)
     _check_platform(report, selected_backend)
-    _check_discovery(report, discovery)
-    _check_fixes(report)
+    loaded = _check_discovery(report, discovery)
+    switches, statuses = _check_fixes(report)
+    if selected_backend is not None:
+        _check_selection(report, selected_backend, loaded, switches, statuses)
     report.add("naming", INFO, naming_note(installed_sglang_version()))
     return report
 
@@ -141,31 +154,95 @@ def _start_discovery() -> subprocess.Popen[str]:
     )
 
 
-def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> None:
+def _failure_cause(stderr: str) -> str:
+    """The loader's real failure, from the last exception line of the fresh interpreter."""
+    lines = [ln for ln in stderr.strip().splitlines() if re.match(r"^[A-Za-z_][\w.]*: ", ln)]
+    last = lines[-1] if lines else (stderr.strip().splitlines() or ["no output"])[-1]
+    if "No module named 'sglang.srt.plugins'" in last:
+        return (f"this sglang has no plugin loader (sglang.srt.plugins appeared in "
+                f"{OLDEST_SUPPORTED}); supported releases: {SUPPORTED_RANGE}")
+    if "No module named 'sglang'" in last:
+        return "sglang is not installed in this Python environment"
+    return f"sglang's plugin loader failed: {shorten(last, 300)}"
+
+
+def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> bool:
     """Ask sglang's own loader, in a fresh interpreter with this environment, what it loads."""
     try:
-        out, _ = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        report.add("discovery", FAIL, "sglang's plugin loader did not finish within 300 s")
+        return False
+    try:
         result = json.loads(out.strip().splitlines()[-1])
-    except Exception as exc:
-        report.add("discovery", FAIL, f"could not run sglang's plugin loader: {exc!r}")
-        return
+    except (IndexError, ValueError):
+        report.add("discovery", FAIL, _failure_cause(err))
+        return False
+    plugins = os.environ.get("SGLANG_PLUGINS")
+    platform_name = os.environ.get("SGLANG_PLATFORM")
     if ENTRY_POINT_NAME in result["loaded"]:
         report.add("discovery", OK, f"sglang's load_plugins() loads '{ENTRY_POINT_NAME}' "
                    "in a fresh process")
-    elif ENTRY_POINT_NAME not in result["found"]:
-        report.add("discovery", FAIL, "no 'aiter_ext' entry point in group sglang.srt.plugins: "
-                   "reinstall with `pip install sglang-aiter-plugin`")
-    elif os.environ.get("SGLANG_PLUGINS"):
-        report.add("discovery", FAIL, f"SGLANG_PLUGINS={os.environ['SGLANG_PLUGINS']!r} leaves "
+        return True
+    if ENTRY_POINT_NAME not in result["found"]:
+        report.add("discovery", FAIL, f"no '{ENTRY_POINT_NAME}' entry point in group "
+                   f"sglang.srt.plugins: install the plugin ({INSTALL_HINT})")
+    elif plugins:
+        report.add("discovery", FAIL, f"SGLANG_PLUGINS={shorten(plugins)} leaves "
                    f"'{ENTRY_POINT_NAME}' out; add it to the list or unset the variable")
-    elif os.environ.get("SGLANG_PLATFORM"):
-        report.add("discovery", FAIL, f"SGLANG_PLATFORM={os.environ['SGLANG_PLATFORM']!r} "
+    elif platform_name:
+        report.add("discovery", FAIL, f"SGLANG_PLATFORM={shorten(platform_name)} "
                    "excludes this distribution")
     else:
         report.add("discovery", FAIL, "entry point found but sglang failed to load it")
+    return False
 
 
-def _check_fixes(report: Report) -> None:
+def _check_selection(report: Report, name: str, loaded: bool, switches: Switches,
+                     statuses: list[FixStatus]) -> None:
+    """Whether ``--attention-backend NAME`` can be selected with this sglang and these switches."""
+    choices = _sglang_choices()
+    if name != EXT_NAME:
+        known = [*(choices or []), EXT_NAME]
+        if choices is not None and name not in choices:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            report.add("selection", FAIL, f"{shorten(name)} is not an attention backend of this "
+                       f"sglang{hint} The launch would fail with `invalid choice`.")
+        else:
+            report.add("selection", INFO, f"{shorten(name)} is sglang's own backend; the plugin "
+                       "leaves it as upstream ships it")
+        return
+    reasons = []
+    support = support_of(installed_sglang_version())
+    if support in (Support.UNSUPPORTED, Support.MISSING):
+        reasons.append(f"sglang is {support} (supported releases: {SUPPORTED_RANGE})")
+    if not switches.enabled:
+        reasons.append(f"the plugin is switched off ({ENABLE_VAR}=0)")
+    status = next((s for s in statuses if s.name == FIX_NAME), None)
+    if FIX_NAME in switches.disabled_fixes:
+        reasons.append(f"the {FIX_NAME} fix is disabled ({DISABLE_VAR})")
+    elif status is not None and status.state is FixState.FAILED:
+        reasons.append(f"the {FIX_NAME} fix failed: {status.detail}")
+    if not loaded:
+        reasons.append("sglang's plugin loader does not load the plugin (see discovery)")
+    if reasons:
+        report.add("selection", FAIL, f"--attention-backend {EXT_NAME} cannot be selected: "
+                   f"{'; '.join(reasons)}. The launch would fail with `invalid choice`.")
+    else:
+        report.add("selection", OK, f"--attention-backend {EXT_NAME} can be selected")
+
+
+def _sglang_choices() -> list[str] | None:
+    try:
+        from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES
+    except Exception:
+        return None
+    return list(ATTENTION_BACKEND_CHOICES)
+
+
+def _check_fixes(report: Report) -> tuple[Switches, list[FixStatus]]:
     """Each fix's outcome once sglang has imported what it imports at launch."""
     import importlib
 
@@ -191,6 +268,7 @@ def _check_fixes(report: Report) -> None:
         level = FAIL if status.state is FixState.FAILED else OK
         text = status.state.value + (f": {status.detail}" if status.detail else "")
         report.add(f"fix {status.name}", level, text)
+    return switches, statuses
 
 
 def render_table(report: Report) -> str:

@@ -17,6 +17,8 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from sglang_aiter_plugin._text import shorten, summarise
+
 __all__ = [
     "BOUNDS_CHECK_VAR",
     "DISABLE_VAR",
@@ -59,7 +61,7 @@ def _parse_flag(var: str, raw: str | None, default: bool) -> bool:
     if value in _FALSE:
         return False
     raise SwitchValueError(
-        f"{var}={raw!r} is not valid; accepted values: {', '.join(_TRUE + _FALSE)}"
+        f"{var}={shorten(raw)} is not valid; accepted values: {', '.join(_TRUE + _FALSE)}"
     )
 
 
@@ -93,16 +95,19 @@ def read_switches(
 
     known = sorted(set(known_fixes))
     disabled: set[str] = set()
+    unknown: list[str] = []
     raw_list = env.get(DISABLE_VAR, "")
     for item in (part.strip() for part in raw_list.split(",")):
         if not item:
             continue
         if item in known:
             disabled.add(item)
-        else:
-            problems.append(
-                f"{DISABLE_VAR} names unknown fix {item!r}; accepted names: {', '.join(known)}"
-            )
+        elif item not in unknown:
+            unknown.append(item)
+    if unknown:  # one problem, however long the list
+        what = f"unknown fix {shorten(unknown[0])}" if len(unknown) == 1 else (
+            f"{len(unknown):,} unknown fixes: {summarise(unknown)}")
+        problems.append(f"{DISABLE_VAR} names {what}; accepted names: {', '.join(known)}")
     return Switches(
         enabled=enabled,
         disabled_fixes=frozenset(disabled),

@@ -96,3 +96,88 @@ def test_disabled_plugin_is_shown_as_disabled() -> None:
     assert proc.returncode == 0
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
     assert checks["fix attention-backend"]["summary"] == "disabled: SGLANG_AITER_EXT=0"
+
+
+def _checks(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, str]]:
+    return {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+
+
+@pytest.mark.parametrize(
+    ("env", "reason"),
+    [
+        ({"SGLANG_AITER_EXT": "0"}, "the plugin is switched off (SGLANG_AITER_EXT=0)"),
+        ({"SGLANG_AITER_EXT_DISABLE": "attention-backend"},
+         "the attention-backend fix is disabled (SGLANG_AITER_EXT_DISABLE)"),
+        ({"SGLANG_PLUGINS": "some_other_plugin"},
+         "sglang's plugin loader does not load the plugin"),
+    ],
+)
+def test_aiter_ext_that_cannot_be_selected_is_a_failure_with_the_reason(
+    env: dict[str, str], reason: str
+) -> None:
+    proc = doctor("--json", "--attention-backend", "aiter-ext", env=env)
+    assert proc.returncode == 1
+    selection = _checks(proc)["selection"]
+    assert selection["level"] == "FAIL"
+    assert reason in selection["summary"]
+    assert "invalid choice" in selection["summary"]
+
+
+def test_selection_is_ok_when_nothing_stands_in_the_way() -> None:
+    from sglang_aiter_plugin import _doctor
+    from sglang_aiter_plugin._status import FixState, FixStatus
+    from sglang_aiter_plugin._switches import Switches
+
+    report = _doctor.Report()
+    applied = [FixStatus("attention-backend", FixState.APPLIED, "")]
+    _doctor._check_selection(report, "aiter-ext", True, Switches(), applied)
+    (check,) = report.checks
+    assert (check.level, check.summary) == ("ok", "--attention-backend aiter-ext can be selected")
+    failed = [FixStatus("attention-backend", FixState.FAILED, "it broke")]
+    report = _doctor.Report()
+    _doctor._check_selection(report, "aiter-ext", True, Switches(), failed)
+    assert report.checks[0].level == "FAIL"
+    assert "the attention-backend fix failed: it broke" in report.checks[0].summary
+
+
+@pytest.mark.parametrize("typo", ["aiter_ext", "aiterext", "aiter-ex"])
+def test_a_likely_typo_of_aiter_ext_fails_with_a_suggestion(typo: str) -> None:
+    proc = doctor("--json", "--attention-backend", typo)
+    assert proc.returncode == 1
+    selection = _checks(proc)["selection"]
+    assert selection["level"] == "FAIL"
+    assert f"'{typo}' is not an attention backend of this sglang" in selection["summary"]
+    assert "did you mean 'aiter-ext'?" in selection["summary"]
+
+
+def test_sglangs_own_backend_is_left_alone() -> None:
+    proc = doctor("--json", "--attention-backend", "triton")
+    assert proc.returncode == 0, proc.stdout
+    assert "leaves it as upstream ships it" in _checks(proc)["selection"]["summary"]
+
+
+def test_a_discovery_failure_shows_its_real_cause() -> None:
+    proc = doctor("--json", env={"SGLANG_PLATFORM": "garbage"})
+    assert proc.returncode == 1
+    discovery = _checks(proc)["discovery"]
+    assert discovery["level"] == "FAIL"
+    assert "SGLANG_PLATFORM='garbage' not found in discovered platform plugins" in (
+        discovery["summary"]
+    )
+    assert "IndexError" not in discovery["summary"]
+
+
+def test_huge_values_are_shortened_and_long_lists_summarised() -> None:
+    huge = "x" * 100_000
+    proc = doctor(env={"SGLANG_AITER_EXT": huge})
+    assert proc.returncode == 1
+    assert len(proc.stdout) < 20_000
+    assert "(100,000 characters in all)" in proc.stdout
+    names = ",".join(f"nope{i}" for i in range(5000))
+    proc = doctor("--json", env={"SGLANG_AITER_EXT_DISABLE": names})
+    assert proc.returncode == 1
+    problems = [c for c in json.loads(proc.stdout)["checks"] if c["name"] == "switches"]
+    assert len(problems) == 1
+    assert "5,000 unknown fixes: 'nope0', 'nope1', 'nope2', 'nope3', 'nope4' and 4,995 more" in (
+        problems[0]["summary"]
+    )

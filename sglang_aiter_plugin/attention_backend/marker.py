@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from sglang_aiter_plugin._text import shorten
+
 __all__ = [
     "EXT_NAME",
     "MARKER_ATTR",
@@ -69,8 +71,8 @@ def is_selected(server_args: Any | None) -> bool:
     value = os.environ.get(SELECTED_ENV, "0")
     if value not in ("0", "1"):
         raise SelectionError(
-            f"{SELECTED_ENV}={value!r} is not valid; accepted values: 0, 1. The plugin writes it "
-            "when it resolves the launch arguments (it is not a switch): unset it, and choose "
-            "the backend with --attention-backend aiter or aiter-ext."
+            f"{SELECTED_ENV}={shorten(value)} is not valid; accepted values: 0, 1. The plugin "
+            "writes it when it resolves the launch arguments (it is not a switch): unset it, and "
+            "choose the backend with --attention-backend aiter or aiter-ext."
         )
     return value == "1"

@@ -71,7 +71,7 @@ def _error(problem: str) -> AiterUnavailableError:
 
 
 def require_rocm_host() -> None:
-    """Raise :class:`AiterUnavailableError` when :func:`host_problem` finds one (no aiter import)."""
+    """Raise :class:`AiterUnavailableError` if :func:`host_problem` finds one (no aiter import)."""
     problem = host_problem()
     if problem is not None:
         raise _error(problem)

@@ -92,8 +92,8 @@ def rocm_host() -> Iterator[None]:
     from sglang_aiter_plugin.backend import _availability
 
     original = _availability.host_problem
-    _availability.host_problem = lambda: None  # type: ignore[assignment]
+    _availability.host_problem = lambda: None
     try:
         yield
     finally:
-        _availability.host_problem = original  # type: ignore[assignment]
+        _availability.host_problem = original

@@ -1,0 +1,26 @@
+"""Echoing what a user typed, without echoing a hundred kilobytes of it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["shorten", "summarise"]
+
+LIMIT = 80
+"""Characters of a value shown before it is cut."""
+ITEMS = 5
+"""Items of a list shown before the rest is counted."""
+
+
+def shorten(value: str, limit: int = LIMIT) -> str:
+    """``repr(value)``, cut to ``limit`` characters with a marker saying how long it was."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value):,} characters in all)"
+
+
+def summarise(items: Sequence[str], limit: int = ITEMS) -> str:
+    """The first ``limit`` items (each shortened), then how many more there are."""
+    shown = ", ".join(shorten(i) for i in items[:limit])
+    rest = len(items) - limit
+    return f"{shown} and {rest:,} more" if rest > 0 else shown

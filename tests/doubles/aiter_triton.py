@@ -145,12 +145,14 @@ def _interpreting() -> bool:
 
 
 def _drop_amd_options(kernel: Any) -> None:
-    """Make a JIT kernel ignore AMD-only launch options (Triton's CUDA backend rejects them)."""
+    """Make a JIT kernel ignore AMD-only launch options (Triton's CUDA backend rejects them);
+    a name that is one of the kernel's own parameters is passed on."""
     run = kernel.run
+    dropped = AMD_ONLY_LAUNCH_OPTIONS.difference(kernel.arg_names)
 
     @functools.wraps(run)
     def run_without_amd_options(*args: Any, **kwargs: Any) -> Any:
-        for name in AMD_ONLY_LAUNCH_OPTIONS.intersection(kwargs):
+        for name in dropped.intersection(kwargs):
             del kwargs[name]
         return run(*args, **kwargs)
 

@@ -31,7 +31,7 @@ job() {  # label timeout command...
     start=$(date +%s)
     timeout "$limit" "$@" > "$LOGS/$label.log" 2>&1
     rc=$?
-    errors=$(grep -ho 'ERROR SUMMARY: [0-9,]* error' "$LOGS/$label.log" | tail -1)
+    errors=$(grep -hom1 'ERROR SUMMARY: [0-9,]* errors\?$' "$LOGS/$label.log")
     echo "$label rc=$rc ${errors:-no memcheck summary} ($(( $(date +%s) - start )) s)" \
       | tee -a "$LOGS/summary.txt"
   ) &

@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import buffer_pool_graphs as bpg  # noqa: E402  (blocks aiter, puts the repository on sys.path)
-import torch  # noqa: E402
+import buffer_pool_graphs as bpg  # blocks aiter; puts the repository on sys.path
+import torch
 
-from tests.backend.decode_batch import Batch  # noqa: E402
-from tests.backend.unified_kernel import make_layer, reference_rows  # noqa: E402
-from tests.doubles.aiter_triton import LoadedKernel, loaded, tree_at  # noqa: E402
+from tests.backend.decode_batch import Batch
+from tests.backend.unified_kernel import make_layer, reference_rows
+from tests.doubles.aiter_triton import LoadedKernel, loaded, tree_at
 
 emit = bpg.emit
 DRAFT = 4
@@ -57,16 +57,19 @@ class Recorder:
             self.calls.append({
                 "seqs": kw["seqused_k"].numel(), "handed": kw["cu_seqlens_q"].numel(),
                 "max_seqlen_q": int(kw["max_seqlen_q"]), "max_seqlen_k": int(kw["max_seqlen_k"]),
+                "block_table": list(kw["block_table"].shape),
             })
         return self.kernel(**kw)
 
 
-def run_extend_unified(kind: str, setup: Any, rec: Recorder, device: str) -> None:
+def run_extend_unified(kind: str, setup: Any, rec: Recorder, device: str, lens: str) -> None:
+    """``lens``: ``PREFIXES/EXTENDS`` of the three requests, e.g. ``5,0,12/7,3,9``."""
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     backend = bpg.build(kind, setup, "unified")
     layer = make_layer(backend)
-    prefix, extend, reqs = [5, 0, 12], [7, 3, 9], [3, 17, 30]
+    prefix, extend = ([int(x) for x in part.split(",")] for part in lens.split("/"))
+    reqs = [3, 17, 30]
     seq = [p + e for p, e in zip(prefix, extend, strict=True)]
     n = sum(extend)
     t = lambda xs, dt=torch.int64: torch.tensor(xs, dtype=dt, device=device)  # noqa: E731
@@ -75,7 +78,8 @@ def run_extend_unified(kind: str, setup: Any, rec: Recorder, device: str) -> Non
         seq_lens_sum=sum(seq), forward_mode=ForwardMode.EXTEND, spec_info=None,
         extend_prefix_lens=t(prefix, torch.int32), extend_prefix_lens_cpu=prefix,
         extend_seq_lens=t(extend, torch.int32), extend_seq_lens_cpu=extend,
-        extend_start_loc=t([0, 7, 10], torch.int32), encoder_lens=None, out_cache_loc=None,
+        extend_start_loc=t([0, extend[0], extend[0] + extend[1]], torch.int32),
+        encoder_lens=None, out_cache_loc=None,
         input_ids=torch.zeros(n, dtype=torch.int64, device=device), positions=None,
         kv_loc_plan=None, attn_backend=backend, mrope_positions=None, return_logprob=False,
         extend_num_tokens=n, extend_input_logprob_token_ids_gpu=None, capture_hidden_mode=None,
@@ -90,7 +94,8 @@ def run_extend_unified(kind: str, setup: Any, rec: Recorder, device: str) -> Non
     rows = [r for r, e in zip(reqs, extend, strict=True) for _ in range(e)]
     visible = [p + i + 1 for p, e in zip(prefix, extend, strict=True) for i in range(e)]
     err = _row_errors(setup, out, q, rows, visible, backend)
-    emit(part="extend", kind=kind, max_bs=setup.max_bs, calls=rec.calls[-1:],
+    emit(part="extend", kind=kind, max_bs=setup.max_bs, prefix=prefix, extend=extend,
+         calls=rec.calls[-1:],
          rows_right=f"{int((err < TOLERANCE).sum())}/{n}", max_abs_err=round(float(err.max()), 5))
 
 
@@ -206,6 +211,8 @@ def main() -> None:
     parser.add_argument("--kinds", default="aiter-ext,upstream")
     parser.add_argument("--contract", default="decode-2d,decode-3d,extend",
                         help="shapes for --parts contract")
+    parser.add_argument("--extend-lens", default="5,0,12/7,3,9",
+                        help="prefix and extend lengths of the extend batch's three requests")
     parser.add_argument("--scenario", default="two-batch-overlap")
     parser.add_argument("--pool", type=int, default=33)
     parser.add_argument("--device", default="cuda")
@@ -244,7 +251,7 @@ def main() -> None:
                                        args.device)
                         emit(part=f"{part}-calls", kind=kind, calls=rec.calls)
                     elif part == "extend":
-                        run_extend_unified(kind, setup, rec, args.device)
+                        run_extend_unified(kind, setup, rec, args.device, args.extend_lens)
                     elif part in ("verify", "verify-eager"):
                         run_verify(kind, setup, args.pool, rec, part == "verify", args.device)
                 except Exception as exc:

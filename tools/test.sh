@@ -8,7 +8,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 versions=${SGLANG_TEST_VERSIONS:-0.5.23 0.5.15 0.5.11}
-[[ -f .venv/.complete ]] || bash tools/env.sh >/dev/null
+[[ -f .venv/.complete && -d .venv/opt/amd-aiter/aiter ]] || bash tools/env.sh >/dev/null
 .venv/bin/ruff check sglang_aiter_plugin tests benchmarks gpu
 .venv/bin/mypy
 status=0

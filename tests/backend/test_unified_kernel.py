@@ -1,14 +1,15 @@
 """aiter's real Triton ``unified_attention`` behind sglang's backend, on CPU (interpreted).
 
-The kernel comes from the ``amd-aiter`` wheel (a test dependency), loaded without ROCm by
-``tests.doubles.aiter_triton``. sglang is configured as a scheduler would be (P = 33 requests,
-two-batch overlap, so graphs are captured up to a batch of 34), with
-``SGLANG_USE_AITER_UNIFIED_ATTN=1``, page size 16 and fp16 (the interpreter computes bf16
-``tl.dot`` wrongly, triton-lang/triton#11584). Each backend runs its unified decode at the padded
-batch of 34 rows (33 requests and one padding row, as sglang pads) and then a unified extend
-batch, with its own metadata code and its own buffers. ``SentinelKernel`` puts a sentinel after
-the ``cu_seqlens_q`` each call is handed, so a read past the end shows as rows left unwritten.
-Each case runs in a fresh interpreter: ``TRITON_INTERPRET`` must be set before Triton is imported.
+The kernel comes from the ``amd-aiter`` wheel (a test dependency that ``tools/env.sh`` installs
+into ``.venv/opt/amd-aiter``), loaded without ROCm by ``tests.doubles.aiter_triton``. sglang is
+configured as a scheduler would be (P = 33 requests, two-batch overlap, so graphs are captured up
+to a batch of 34), with ``SGLANG_USE_AITER_UNIFIED_ATTN=1``, page size 16, a 512-token context
+and fp16 (the interpreter computes bf16 ``tl.dot`` wrongly, triton-lang/triton#11584). Each
+backend runs its unified decode at the padded batch of 34 rows (33 requests and one padding row,
+as sglang pads) and then a unified extend batch, with its own metadata code and its own buffers.
+``SentinelKernel`` runs each call with two sentinels after the ``cu_seqlens_q`` it was handed:
+an output that changes with them means the kernel read past the end. Each case runs in a fresh
+interpreter: ``TRITON_INTERPRET`` must be set before Triton is imported.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from tests.subproc import run_python
 
 TREE = installed_tree()
 pytestmark = pytest.mark.skipif(
-    TREE is None, reason="amd-aiter is not installed (pip install -e '.[test]')"
+    TREE is None,
+    reason="amd-aiter is not installed: bash tools/env.sh installs it into .venv/opt/amd-aiter",
 )
 
 SCRIPT = """

@@ -43,6 +43,8 @@ __all__ = [
 ]
 
 PYPI_DISTRIBUTION = "amd-aiter"
+TEST_TREE_DIR = "opt/amd-aiter"
+"""Where ``tools/env.sh`` installs ``amd-aiter`` (``--target``), relative to ``sys.prefix``."""
 ORIGIN_FILE = "AITER_ORIGIN"
 """A one-line text file beside a copied tree's ``aiter/`` naming where it came from."""
 
@@ -80,14 +82,24 @@ class AiterTree:
 
 
 def installed_tree() -> AiterTree | None:
-    """The tree of the installed ``amd-aiter`` wheel (a test dependency), or ``None``."""
-    try:
-        dist = metadata.distribution(PYPI_DISTRIBUTION)
-    except metadata.PackageNotFoundError:
-        return None
-    root = Path(str(dist.locate_file(""))).resolve()
-    if not (root / "aiter").is_dir():
-        return None
+    """The ``amd-aiter`` wheel's tree (a test dependency), or ``None`` when it is not installed.
+
+    ``tools/env.sh`` installs it into ``<venv>/opt/amd-aiter``, off ``sys.path`` (importable as
+    ``aiter`` it would stop sglang's own imports off ROCm); an ``amd-aiter`` installed as a
+    distribution is found too.
+    """
+    root = Path(sys.prefix) / TEST_TREE_DIR
+    infos = sorted(root.glob("amd_aiter-*.dist-info"))
+    if (root / "aiter").is_dir() and infos:
+        dist: metadata.Distribution = metadata.PathDistribution(infos[-1])
+    else:
+        try:
+            dist = metadata.distribution(PYPI_DISTRIBUTION)
+        except metadata.PackageNotFoundError:
+            return None
+        root = Path(str(dist.locate_file(""))).resolve()
+        if not (root / "aiter").is_dir():
+            return None
     return AiterTree(root, f"PyPI {PYPI_DISTRIBUTION}=={dist.version}")
 
 

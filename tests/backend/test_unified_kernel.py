@@ -14,11 +14,12 @@ interpreter: ``TRITON_INTERPRET`` must be set before Triton is imported.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
 
-from tests.doubles.aiter_triton import installed_tree
+from tests.doubles.aiter_triton import installed_tree, loaded
 from tests.subproc import run_python
 
 TREE = installed_tree()
@@ -26,6 +27,22 @@ pytestmark = pytest.mark.skipif(
     TREE is None,
     reason="amd-aiter is not installed: bash tools/env.sh installs it into .venv/opt/amd-aiter",
 )
+
+def test_loading_the_kernel_leaves_sys_modules_and_triton_as_they_were() -> None:
+    from triton.runtime import driver
+
+    assert TREE is not None
+    before = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "aiter"}
+    active = driver._active
+    with loaded(TREE) as kernel:
+        assert kernel.module.__name__ == "aiter.ops.triton.unified_attention"  # the 0.1.7 layout
+        assert sys.modules["aiter"].__file__ is None  # a stub parent, not aiter/__init__.py
+        assert sys.modules["aiter.jit"] is None  # aiter's ROCm JIT stays blocked
+        assert driver._active is active  # the HIP target was only for the arch modules
+    assert {k: v for k, v in sys.modules.items() if k.split(".")[0] == "aiter"} == before
+    assert driver._active is active
+    assert callable(kernel.unified_attention)
+
 
 SCRIPT = """
 import os, pathlib, tempfile, torch

@@ -37,6 +37,7 @@ import buffer_pool_graphs as bpg  # blocks aiter; puts the repository on sys.pat
 import torch
 
 from tests.backend.decode_batch import Batch
+from tests.backend.sglang_setup import SCENARIOS, configure, write_model_dir
 from tests.backend.unified_kernel import make_layer, reference_rows
 from tests.doubles.aiter_triton import LoadedKernel, loaded, tree_at
 
@@ -72,7 +73,9 @@ def run_extend_unified(kind: str, setup: Any, rec: Recorder, device: str, lens: 
     reqs = [3, 17, 30]
     seq = [p + e for p, e in zip(prefix, extend, strict=True)]
     n = sum(extend)
-    t = lambda xs, dt=torch.int64: torch.tensor(xs, dtype=dt, device=device)  # noqa: E731
+    def t(xs: list[int], dt: torch.dtype = torch.int64) -> torch.Tensor:
+        return torch.tensor(xs, dtype=dt, device=device)
+
     fb = Batch(
         batch_size=3, req_pool_indices=t(reqs), seq_lens=t(seq), seq_lens_cpu=t(seq).cpu(),
         seq_lens_sum=sum(seq), forward_mode=ForwardMode.EXTEND, spec_info=None,
@@ -122,7 +125,10 @@ def run_verify(kind: str, setup: Any, pool: int, rec: Recorder, graphs: bool, de
                    kv_loc_plan=None)
 
         def forward(fb: Any = fb, q_static: torch.Tensor = q_static) -> torch.Tensor:
-            return backend.forward_extend(q_static, None, None, layer, fb, save_kv_cache=False)
+            out: torch.Tensor = backend.forward_extend(
+                q_static, None, None, layer, fb, save_kv_cache=False
+            )
+            return out
 
         if graphs:
             backend.init_forward_metadata_out_graph(fb, in_capture=True)
@@ -235,8 +241,8 @@ def main() -> None:
         for shape in args.contract.split(","):
             run_contract(kernel, shape)
         return
-    model_dir = bpg.write_model_dir(Path(os.environ.get("TMPDIR", "/tmp")) / "tiny-llama-unified")
-    setup = bpg.configure(model_dir, bpg.SCENARIOS[args.scenario],
+    model_dir = write_model_dir(Path(os.environ.get("TMPDIR", "/tmp")) / "tiny-llama-unified")
+    setup = configure(model_dir, SCENARIOS[args.scenario],
                           (*bpg.FLAGS, "--dtype", args.dtype), device=args.device, pool=args.pool)
     bpg.fill_requests(setup.runner, args.pool, seed=0)
     emit(part="config", scenario=args.scenario, pool=args.pool, capture_bs=setup.capture_bs,

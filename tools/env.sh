@@ -6,6 +6,8 @@
 # .venv gets CPython's venv, the pinned import dependencies of sglang (tools/requirements-sglang.txt,
 # pinned by tools/constraints.txt), the base sglang release from PyPI with --no-deps, and this project in
 # editable mode. Another release is installed beside it (tools/with-sglang), never over it.
+# amd-aiter (tools/requirements-test-aiter.txt) goes to .venv/opt/amd-aiter, off sys.path: the
+# CPU tests run its Triton kernels from there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 py=${PYTHON:-python3}
@@ -24,5 +26,13 @@ if [[ ! -x $venv/bin/python || ! -f $venv/.complete ]]; then
   "$venv/bin/python" -c "import sglang, torch, pluggy, sglang_aiter_plugin" \
     || { echo "environment is incomplete" >&2; exit 1; }
   touch "$venv/.complete"
+fi
+aiter_tree="$venv/opt/amd-aiter"
+if [[ ! -d $aiter_tree/aiter ]]; then
+  echo "== installing amd-aiter (its Triton kernels, for the CPU tests) into $aiter_tree"
+  "$venv/bin/python" -m pip --disable-pip-version-check -q install --no-deps --no-compile \
+    --target "$aiter_tree" -r "$root/tools/requirements-test-aiter.txt" 2>&1 \
+    | grep -v '^WARNING: Location' || true
+  [[ -d $aiter_tree/aiter ]] || { echo "could not install amd-aiter into $aiter_tree" >&2; exit 1; }
 fi
 exec bash "$root/tools/with-sglang" "$version" "$venv/bin/sglang-aiter-plugin" doctor

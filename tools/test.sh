@@ -9,8 +9,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 versions=${SGLANG_TEST_VERSIONS:-$(python3 tools/sglang-releases ci)}
-[[ -f .venv/.complete ]] || bash tools/env.sh >/dev/null
-.venv/bin/ruff check sglang_aiter_plugin tests benchmarks gpu
+[[ -f .venv/.complete && -d .venv/opt/amd-aiter/aiter ]] || bash tools/env.sh >/dev/null
+.venv/bin/ruff check sglang_aiter_plugin tests testkit benchmarks gpu
 .venv/bin/mypy
 status=0
 for v in $versions; do

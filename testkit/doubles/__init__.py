@@ -11,6 +11,9 @@ __all__ = ["DOUBLES"]
 DOUBLES: dict[str, str] = {
     "aiter_backend_imports": "the one name sglang's aiter backend binds only beside aiter "
     "(reset_verify_attn_plan_cache, 0.5.20+)",
+    "aiter_triton": "the ROCm side of aiter's package, so that aiter's real Triton "
+    "unified_attention loads without ROCm (stub parent packages, a HIP target while aiter's "
+    "arch detection imports)",
     "bare_model_runner": "a model runner that carries only its server arguments",
     "communicator": "aiter's custom all-reduce communicator, recording what it is asked",
     "future_reduce_scatter": "a future sglang whose reduce-scatter honours every switch",

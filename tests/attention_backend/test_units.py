@@ -14,14 +14,16 @@ import pytest
 
 from sglang_aiter_plugin.attention_backend import fold_point
 from sglang_aiter_plugin.attention_backend.fold import fold
+from testkit.doubles.rocm_platform import rocm_host
 
 
 def _folded_record(backend: str, **fields: Any) -> Any:
     from sglang.srt.server_args import ServerArgs
 
-    record = ServerArgs(model_path="dummy", attention_backend=backend, **fields)
-    if fold_point(ServerArgs) == "resolve_once":  # older releases folded in __post_init__
-        fold(record, declare=True)
+    with rocm_host():  # the fold refuses aiter-ext on a host without ROCm and aiter
+        record = ServerArgs(model_path="dummy", attention_backend=backend, **fields)
+        if fold_point(ServerArgs) == "resolve_once":  # older releases folded in __post_init__
+            fold(record, declare=True)
     return record
 
 

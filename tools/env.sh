@@ -23,6 +23,9 @@ if [[ ! -x $venv/bin/python || ! -f $venv/.complete ]]; then
   "${pip[@]}" install -r "$root/tools/requirements-sglang.txt" -c "$root/tools/constraints.txt" 2>&1 | grep -v '^WARNING: Location' || true
   "${pip[@]}" install --no-deps "sglang==$base" 2>&1 | grep -v '^WARNING: Location' || true
   "${pip[@]}" install --no-deps -e "$root" 2>&1 | grep -v '^WARNING: Location' || true
+  # the editable install's metadata lives in .venv; an in-tree copy would keep the plugin
+  # loadable from the repository root after `pip uninstall`
+  rm -rf "$root"/*.egg-info
   "$venv/bin/python" -c "import sglang, torch, pluggy, sglang_aiter_plugin" \
     || { echo "environment is incomplete" >&2; exit 1; }
   touch "$venv/.complete"

@@ -18,9 +18,12 @@ SUPPORTED_BELOW = "0.6"
 TESTED: tuple[str, ...] = (
     "0.5.11",
     "0.5.12",
+    "0.5.12.post1",
     "0.5.13",
+    "0.5.13.post1",
     "0.5.14",
     "0.5.15",
+    "0.5.15.post1",
     "0.5.16",
     "0.5.17",
     "0.5.18",
@@ -30,7 +33,8 @@ TESTED: tuple[str, ...] = (
     "0.5.22",
     "0.5.23",
 )
-"""Every release the compatibility matrix installs and tests."""
+"""Every release the compatibility matrix installs and tests, post releases included (what
+``pip install "sglang~=0.5.15"`` may pick)."""
 
 NEWEST_TESTED = TESTED[-1]
 

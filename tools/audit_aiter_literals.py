@@ -30,7 +30,7 @@ from pathlib import Path
 __all__ = ["audit", "release_of"]
 
 CLASSES = ("AiterAttnBackend", "AiterMultiStepDraftBackend")
-AUDIT_DIR = Path(__file__).resolve().parent.parent / "tests" / "fixes" / "audit"
+AUDIT_DIR = Path(__file__).resolve().parent.parent / "tests" / "attention_backend" / "audit"
 
 
 class _Visitor(ast.NodeVisitor):

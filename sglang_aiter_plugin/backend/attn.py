@@ -19,6 +19,7 @@ from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
 from sglang_aiter_plugin._switches import bounds_check_requested
 from sglang_aiter_plugin.backend.bounds import install_bounds_check
 from sglang_aiter_plugin.backend.buffers import discover
+from sglang_aiter_plugin.backend.capacity import batch_capacity
 from sglang_aiter_plugin.backend.pool import BufferPool
 
 __all__ = ["PREFILL_UPDATERS", "AiterExtAttnBackend"]
@@ -44,9 +45,9 @@ class AiterExtAttnBackend(AiterAttnBackend):  # type: ignore[misc]
         topk: int = 1,
     ) -> None:
         super().__init__(model_runner, skip_prefill, kv_indptr_buf, topk)
-        capacity = int(model_runner.req_to_token_pool.size)
+        capacity = batch_capacity(model_runner)  # every path's largest batch, not only P
         borrowed = frozenset({"kv_indptr"}) if kv_indptr_buf is not None else frozenset()
-        specs = discover(self, capacity, skip=borrowed)
+        specs = discover(self, int(model_runner.req_to_token_pool.size), skip=borrowed)
         adopt = {s.name: getattr(self, s.name) for s in specs}
         self.buffer_pool = BufferPool(self, specs, capacity, self.device, adopt=adopt)
         bind_backend(self.buffer_pool, self)

@@ -21,6 +21,7 @@ from sglang.srt.layers.attention.aiter_backend import AiterMultiStepDraftBackend
 from sglang_aiter_plugin._switches import bounds_check_requested
 from sglang_aiter_plugin.backend.attn import AiterExtAttnBackend
 from sglang_aiter_plugin.backend.bounds import install_bounds_check
+from sglang_aiter_plugin.backend.capacity import batch_capacity
 from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill
 
 __all__ = ["AiterExtMultiStepDraftBackend"]
@@ -65,7 +66,7 @@ class AiterExtMultiStepDraftBackend(AiterMultiStepDraftBackend):  # type: ignore
         ]
         if wrong:
             raise RuntimeError(f"draft children were built as {wrong}, not AiterExtAttnBackend")
-        capacity = int(model_runner.req_to_token_pool.size)
+        capacity = batch_capacity(model_runner)  # every path's largest batch, not only P
         spec = BufferSpec(
             "kv_indptr",
             torch.int32,

@@ -29,7 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BatchCapacity", "BatchCapacityError", "batch_capacity", "capacity_of"]
+__all__ = [
+    "BatchCapacity",
+    "BatchCapacityError",
+    "batch_capacity",
+    "capacity_of",
+    "requires_mlp_sync",
+]
 
 _COMMON = "sglang.srt.utils.common"
 _CP_PADDING = ("sglang.srt.layers.cp.padding", "sglang.srt.layers.utils.cp_utils")
@@ -132,9 +138,15 @@ def _ceil_align(common: Any, x: int, y: int) -> int:
     return int(_need(common, "ceil_align")(x, y))
 
 
+def requires_mlp_sync(server_args: Any) -> bool:
+    """sglang's ``require_mlp_sync``: whether eager batches go through the MLP-sync padding."""
+    common = importlib.import_module(_COMMON)
+    return bool(_call(_need(common, "require_mlp_sync"), server_args))
+
+
 def _eager_by_rule(common: Any, server_args: Any, requests: int) -> int:
     """``prepare_mlp_sync_batch``'s padding of a full rank, as the release applies it."""
-    if not _call(_need(common, "require_mlp_sync"), server_args):
+    if not requires_mlp_sync(server_args):
         return requests
     rows = _ceil_align(common, requests, _parallel_size("attn_tp_size"))
     return _ceil_align(common, rows, _cp_padding_align())

@@ -75,13 +75,18 @@ def plain_batch(mode: str, rows: int, device: str = "cpu", *, extend_len: int = 
 def mlp_synced_batch(
     setup: Setup, backend: Any, mode: str, rows: int, others: list[int], device: str = "cpu"
 ) -> Any:
-    """This rank's batch after sglang's ``prepare_mlp_sync_batch``.
+    """This rank's batch after sglang's ``prepare_mlp_sync_batch`` (where the configuration has
+    MLP sync; otherwise the batch as the eager forward gets it, unpadded).
 
     ``rows``: this rank's requests; ``others``: the token counts the other DP ranks reported
     (one entry per rank). ``backend`` is what the model runner would hold as ``attn_backend``
     (sglang reads its padding fill value from it).
     """
+    from sglang_aiter_plugin.backend.capacity import requires_mlp_sync
+
     fb = plain_batch(mode, rows, device)
+    if not requires_mlp_sync(setup.server_args):
+        return fb  # the scheduler sends no token counts; sglang's eager forward pads nothing
     counts = [int(fb.input_ids.shape[0]), *others]
     fb.global_num_tokens_cpu = list(counts)
     fb.global_num_tokens_for_logprob_cpu = list(counts)
@@ -133,12 +138,11 @@ def _one_rank_of(setup: Setup, ranks: int) -> Iterator[None]:
         except ImportError:  # 0.5.11-0.5.13
             get_parallel = None
         if get_parallel is not None:
-            known = {"attn_dp_rank": 0, "attn_dp_size": ranks}
             group = types.SimpleNamespace(ca_comm=None, cpu_group=None, device_group=None)
-            try:
-                scope.enter_context(get_parallel().override(tp_group=group, **known))
-            except (AttributeError, KeyError, TypeError, ValueError):
-                scope.enter_context(get_parallel().override(**known))
+            try:  # 0.5.2x reads the TP group's custom all-reduce to choose the padding mode
+                scope.enter_context(get_parallel().override(tp_group=group, attn_dp_rank=0))
+            except (AttributeError, KeyError, TypeError):
+                scope.enter_context(get_parallel().override(attn_dp_rank=0))
         for name, value in (("_ATTN_DP_RANK", 0), ("_ATTN_DP_SIZE", ranks),
                             ("_LOCAL_ATTN_DP_RANK", 0), ("_LOCAL_ATTN_DP_SIZE", ranks)):
             if hasattr(dp_attention, name):  # module globals up to 0.5.2x

@@ -139,7 +139,7 @@ def graph_max(setup: Setup) -> int:
 
 
 def eager_runner_max(setup: Setup) -> int | None:
-    """``EagerRunner``'s maximum (its input registry and warm-up batch), where the release has one."""
+    """``EagerRunner``'s maximum (input registry, warm-up batch), where a release has one."""
     try:
         from sglang.srt.model_executor.runner.eager_runner import EagerRunner
     except ImportError:

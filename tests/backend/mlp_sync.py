@@ -32,7 +32,8 @@ SEQ_LEN = 7
 
 
 def plain_batch(mode: str, rows: int, device: str = "cpu", *, extend_len: int = 3) -> Any:
-    """A ``ForwardBatch`` of ``rows`` requests in ``mode`` (``decode``, ``extend``, ``idle``).
+    """A ``ForwardBatch`` of ``rows`` requests in ``mode`` (``decode``, ``extend``, ``idle``,
+    ``draft-extend``: only its size is used, its draft input is a stand-in).
 
     Request ``i`` sits in request slot ``i``; decode rows have :data:`SEQ_LEN` tokens, extend
     rows add ``extend_len`` new tokens to a prefix of :data:`SEQ_LEN` - ``extend_len``.
@@ -43,10 +44,11 @@ def plain_batch(mode: str, rows: int, device: str = "cpu", *, extend_len: int = 
         "decode": ForwardMode.DECODE,
         "extend": ForwardMode.EXTEND,
         "idle": ForwardMode.IDLE,
+        "draft-extend": ForwardMode.DRAFT_EXTEND_V2,
     }[mode]
     if mode == "idle":
         rows = 0
-    tokens = rows * (extend_len if mode == "extend" else 1)
+    tokens = rows * (extend_len if mode in ("extend", "draft-extend") else 1)
     seq = torch.full((rows,), SEQ_LEN, dtype=torch.int64, device=device)
     fb = ForwardBatch(
         forward_mode=forward_mode,
@@ -60,6 +62,11 @@ def plain_batch(mode: str, rows: int, device: str = "cpu", *, extend_len: int = 
         positions=torch.zeros(tokens, dtype=torch.int64, device=device),
     )
     fb.lora_ids = [None] * rows  # as ForwardBatch.init_new copies it from a batch without LoRA
+    if mode == "draft-extend":  # EAGLE's draft extend: extend_len draft tokens per request
+        fb.spec_info = types.SimpleNamespace(
+            num_tokens_per_req=extend_len, is_draft_input=lambda: True, hidden_states=None,
+            topk_p=None, topk_index=None, pad_batch=lambda pad, bs: None,
+        )
     if mode == "extend":
         prefix = SEQ_LEN - extend_len
         fb.extend_num_tokens = tokens

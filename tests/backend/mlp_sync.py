@@ -31,12 +31,20 @@ SEQ_LEN = 7
 """Tokens already in each request's KV cache in the batches built here."""
 
 
-def plain_batch(mode: str, rows: int, device: str = "cpu", *, extend_len: int = 3) -> Any:
+def plain_batch(
+    mode: str,
+    rows: int,
+    device: str = "cpu",
+    *,
+    extend_len: int = 3,
+    lens: list[int] | None = None,
+) -> Any:
     """A ``ForwardBatch`` of ``rows`` requests in ``mode`` (``decode``, ``extend``, ``idle``,
     ``draft-extend``: only its size is used, its draft input is a stand-in).
 
     Request ``i`` sits in request slot ``i``; decode rows have :data:`SEQ_LEN` tokens, extend
-    rows add ``extend_len`` new tokens to a prefix of :data:`SEQ_LEN` - ``extend_len``.
+    rows add ``extend_len`` new tokens to a prefix of :data:`SEQ_LEN` - ``extend_len``. ``lens``
+    gives each request its own length instead (at least ``extend_len`` for extend rows).
     """
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
@@ -49,7 +57,9 @@ def plain_batch(mode: str, rows: int, device: str = "cpu", *, extend_len: int = 
     if mode == "idle":
         rows = 0
     tokens = rows * (extend_len if mode in ("extend", "draft-extend") else 1)
-    seq = torch.full((rows,), SEQ_LEN, dtype=torch.int64, device=device)
+    if lens is None:
+        lens = [SEQ_LEN] * rows
+    seq = torch.tensor(lens[:rows], dtype=torch.int64, device=device)
     fb = ForwardBatch(
         forward_mode=forward_mode,
         batch_size=rows,
@@ -68,30 +78,37 @@ def plain_batch(mode: str, rows: int, device: str = "cpu", *, extend_len: int = 
             topk_p=None, topk_index=None, pad_batch=lambda pad, bs: None,
         )
     if mode == "extend":
-        prefix = SEQ_LEN - extend_len
+        prefix = [n - extend_len for n in lens[:rows]]
         fb.extend_num_tokens = tokens
         fb.extend_seq_lens = torch.full((rows,), extend_len, dtype=torch.int32, device=device)
-        fb.extend_prefix_lens = torch.full((rows,), prefix, dtype=torch.int32, device=device)
+        fb.extend_prefix_lens = torch.tensor(prefix, dtype=torch.int32, device=device)
         fb.extend_start_loc = torch.arange(0, tokens, extend_len, dtype=torch.int32, device=device)
         fb.extend_seq_lens_cpu = [extend_len] * rows
-        fb.extend_prefix_lens_cpu = [prefix] * rows
-        fb.extend_logprob_start_lens_cpu = [prefix] * rows
+        fb.extend_prefix_lens_cpu = prefix
+        fb.extend_logprob_start_lens_cpu = list(prefix)
     return fb
 
 
 def mlp_synced_batch(
-    setup: Setup, backend: Any, mode: str, rows: int, others: list[int], device: str = "cpu"
+    setup: Setup,
+    backend: Any,
+    mode: str,
+    rows: int,
+    others: list[int],
+    device: str = "cpu",
+    *,
+    lens: list[int] | None = None,
 ) -> Any:
     """This rank's batch after sglang's ``prepare_mlp_sync_batch`` (where the configuration has
     MLP sync; otherwise the batch as the eager forward gets it, unpadded).
 
     ``rows``: this rank's requests; ``others``: the token counts the other DP ranks reported
     (one entry per rank). ``backend`` is what the model runner would hold as ``attn_backend``
-    (sglang reads its padding fill value from it).
+    (sglang reads its padding fill value from it). ``lens``: as for :func:`plain_batch`.
     """
     from sglang_aiter_plugin.backend.capacity import requires_mlp_sync
 
-    fb = plain_batch(mode, rows, device)
+    fb = plain_batch(mode, rows, device, lens=lens)
     if not requires_mlp_sync(setup.server_args):
         return fb  # the scheduler sends no token counts; sglang's eager forward pads nothing
     counts = [int(fb.input_ids.shape[0]), *others]

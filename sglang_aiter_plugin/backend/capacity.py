@@ -105,13 +105,15 @@ def _draft_expansion(model_runner: Any, server_args: Any) -> int:
     frozen = getattr(algorithm, "is_frozen_kv_mtp", None)
     if not getattr(model_runner, "is_draft_worker", False) or frozen is None or not frozen():
         return 1
-    topk = getattr(server_args, "speculative_eagle_topk", None)
-    try:
+    topk = None
+    try:  # 0.5.17+: the published speculative configuration
         from sglang.srt.runtime_context import get_spec
 
         topk = get_spec().speculative_eagle_topk
     except (ImportError, AttributeError, RuntimeError):
         pass
+    if not _int_or_zero(topk):
+        topk = getattr(server_args, "speculative_eagle_topk", None)
     return max(1, _int_or_zero(topk))
 
 

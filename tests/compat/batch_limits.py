@@ -253,8 +253,9 @@ def _render(results: list[dict[str, Any]], command: str) -> str:
         "(sglang's CLI parser) and a real request pool of P requests; each outcome is the",
         "metadata call sglang makes at that size, run on sglang's own backend code with its",
         "Triton metadata kernels interpreted on the CPU (aiter's attention kernels do not run",
-        "here; what they read out of bounds is measured on an H200 in",
-        "`gpu/results/eager_batches.md`). `dp-attention` is `--tp 4 --attn-dp-size 2` (or",
+        "here; the eager decode, idle and extend rows were also run on an H200 under",
+        "compute-sanitizer: `gpu/results/eager_batches.md`). `dp-attention` is",
+        "`--tp 4 --attn-dp-size 2` (or",
         "`--dp-size 2 --enable-dp-attention`), attention-TP 2; `dp-attention-tp4` is `--tp 8`",
         "with 2 DP ranks, attention-TP 4. Eager rows run with decode CUDA graphs off.",
         "",
@@ -262,7 +263,20 @@ def _render(results: list[dict[str, Any]], command: str) -> str:
         "`short`/`wrong`: it returns, but what the kernel is handed describes fewer rows than",
         "the batch or is wrong. `correct`: every cumulative length handed on is the batch's own.",
         "",
+        "## Summary (rows measured, per release)",
+        "",
+        "| sglang | rows | upstream raises | upstream short or wrong | aiter-ext not correct |",
+        "| --- | --- | --- | --- | --- |",
     ]
+    for res in results:
+        measured = [r for r in res["rows"] if r["upstream"].startswith(
+            ("raises", "short", "wrong", "correct"))]
+        out.append(
+            f"| {res['release']} | {len(measured)} | "
+            f"{sum(r['upstream'].startswith('raises') for r in measured)} | "
+            f"{sum(r['upstream'].startswith(('short', 'wrong')) for r in measured)} | "
+            f"{sum(not r['aiter_ext'].startswith('correct') for r in measured)} |")
+    out.append("")
     for res in results:
         out += [f"## sglang {res['release']}", "",
                 "| configuration | path | largest batch | from | upstream `aiter` | `aiter-ext` |",

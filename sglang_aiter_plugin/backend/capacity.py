@@ -71,7 +71,7 @@ def batch_capacity(model_runner: Any) -> int:
 
 
 def capacity_of(model_runner: Any) -> BatchCapacity:
-    """The per-path maxima behind :func:`batch_capacity` (for ``doctor`` and the tests)."""
+    """The per-path maxima behind :func:`batch_capacity`, with where they came from."""
     server_args = model_runner.server_args
     pool = int(model_runner.req_to_token_pool.size)
     requests = max(pool, _int_or_zero(getattr(model_runner, "max_running_requests", None)))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._format import _fmt, _header
+from benchmarks.render_capacity import pool_capacity
 from benchmarks.render_gpu import backend_gpu, bounds_check
 
 ROOT = Path(__file__).resolve().parent
@@ -98,6 +99,7 @@ SECTIONS: dict[str, Section] = {
     "reduce_scatter_overhead": _reduce_scatter,
     "backend_gpu": backend_gpu,
     "bounds_check": bounds_check,
+    "pool_capacity": pool_capacity,
 }
 
 

@@ -144,7 +144,7 @@ def configure(
     server_args = prepare_server_args(argv)
     scope = contextlib.ExitStack()
     _publish(server_args, scenario, new, scope)
-    runner = build_model_runner(server_args, pool, device)
+    runner = build_model_runner(server_args, pool, device, attn_tp_size=scenario.attn_tp_size)
     return Setup(server_args, runner, _capture_bs(runner), scope)
 
 

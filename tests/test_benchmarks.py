@@ -35,6 +35,9 @@ def test_every_committed_result_renders_with_its_numbers(tmp_path: Path) -> None
             for rows in data["paths"].values():
                 for r in rows.values():
                     assert f"**{r['ratio_cpu']:.3f}**" in text
+        if data["benchmark"] == "pool_capacity":
+            for row in data["rows"]:
+                assert f"**{row['extra_bytes_no_graphs']:,} B" in text
         if data["benchmark"] == "reduce_scatter_overhead":
             assert f"**{data['ratio_hooked_vs_upstream']:.3f}**" in text
 

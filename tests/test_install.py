@@ -123,5 +123,7 @@ def test_an_uninstalled_checkout_does_not_load_the_plugin_from_the_repository_ro
     code = LOADER.replace("import sglang_aiter_plugin\n", "").replace(
         ',\n                              "package": sglang_aiter_plugin.__file__', "")
     data = _result(_run([sys.executable, "-S", "-c", code], ROOT, env))
-    assert "aiter_ext" not in data["found"]
+    found = data["found"]
+    assert isinstance(found, dict)
+    assert "aiter_ext" not in found
     assert data["loaded"] == []

@@ -1,8 +1,10 @@
 """``AiterExtAttnBackend``: sglang's AITER backend with its per-batch buffers in one pool.
 
 The constructor lets upstream allocate at the request-pool size P, then hands every per-batch
-buffer it finds to a :class:`~sglang_aiter_plugin.backend.pool.BufferPool` and binds the backend's
-and both prefill updaters' attributes to it. ``init_cuda_graph_state`` is the shared CUDA-graph
+buffer it finds to a :class:`~sglang_aiter_plugin.backend.pool.BufferPool` sized for the largest
+batch sglang can send on any path (:mod:`~sglang_aiter_plugin.backend.capacity`: eager batches
+padded by DP attention's MLP sync, the CUDA-graph maximum) and binds the backend's and both
+prefill updaters' attributes to it. ``init_cuda_graph_state`` is the shared CUDA-graph
 set-up (:mod:`~sglang_aiter_plugin.backend.graph_state`: grow before upstream, verify, freeze).
 Metadata and forward methods are upstream's, untouched, unless ``SGLANG_AITER_EXT_BOUNDS_CHECK=1``
 asks for a batch-size check on this instance (see :mod:`~sglang_aiter_plugin.backend.bounds`).
@@ -15,6 +17,7 @@ from typing import Any
 from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
 
 from sglang_aiter_plugin.backend.buffers import discover
+from sglang_aiter_plugin.backend.capacity import batch_capacity
 from sglang_aiter_plugin.backend.graph_state import PooledGraphState
 from sglang_aiter_plugin.backend.pool import BufferPool
 
@@ -38,9 +41,9 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
         topk: int = 1,
     ) -> None:
         super().__init__(model_runner, skip_prefill, kv_indptr_buf, topk)
-        capacity = int(model_runner.req_to_token_pool.size)
+        capacity = batch_capacity(model_runner)  # every path's largest batch, not only P
         borrowed = frozenset({"kv_indptr"}) if kv_indptr_buf is not None else frozenset()
-        specs = discover(self, capacity, skip=borrowed)
+        specs = discover(self, int(model_runner.req_to_token_pool.size), skip=borrowed)
         adopt = {s.name: getattr(self, s.name) for s in specs}
         self.buffer_pool = BufferPool(self, specs, capacity, self.device, adopt=adopt)
         bind_backend(self.buffer_pool, self)

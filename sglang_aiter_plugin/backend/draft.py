@@ -17,6 +17,7 @@ from sglang.srt.layers.attention.aiter_backend import AiterMultiStepDraftBackend
 
 from sglang_aiter_plugin._rebind import rebound
 from sglang_aiter_plugin.backend.attn import AiterExtAttnBackend
+from sglang_aiter_plugin.backend.capacity import batch_capacity
 from sglang_aiter_plugin.backend.graph_state import PooledGraphState
 from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill
 
@@ -38,7 +39,7 @@ class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend
         ]
         if wrong:
             raise RuntimeError(f"draft children were built as {wrong}, not AiterExtAttnBackend")
-        capacity = int(model_runner.req_to_token_pool.size)
+        capacity = batch_capacity(model_runner)  # every path's largest batch, not only P
         spec = BufferSpec(
             "kv_indptr",
             torch.int32,

@@ -42,8 +42,14 @@ def _kwargs_for(cls: Any, **candidates: Any) -> dict[str, Any]:
     return {k: v for k, v in candidates.items() if k in accepted}
 
 
-def build_model_runner(server_args: Any, pool_size: int, device: str = "cpu") -> ModelRunnerDouble:
-    """A runner double over real sglang pools of ``pool_size`` requests for ``server_args``."""
+def build_model_runner(
+    server_args: Any, pool_size: int, device: str = "cpu", *, attn_tp_size: int = 1
+) -> ModelRunnerDouble:
+    """A runner double over real sglang pools of ``pool_size`` requests for ``server_args``.
+
+    ``attn_tp_size``: the attention-TP size of the rank; its KV pool holds that rank's share of
+    the KV heads, as sglang's model runner sizes it.
+    """
     from sglang.srt.configs.model_config import AttentionArch, ModelConfig
     from sglang.srt.mem_cache.memory_pool import (
         MHATokenToKVPool,
@@ -92,7 +98,7 @@ def build_model_runner(server_args: Any, pool_size: int, device: str = "cpu") ->
                 size=kv_size,
                 page_size=page_size,
                 dtype=dtype,
-                head_num=model_config.get_num_kv_heads(1),
+                head_num=model_config.get_num_kv_heads(attn_tp_size),
                 head_dim=model_config.head_dim,
                 layer_num=layers,
                 device=device,

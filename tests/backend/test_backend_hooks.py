@@ -7,7 +7,7 @@ import pytest
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import PoolResize
 from testkit.plugins import install_manager
-from testkit.sglang_setup import POOL, Setup
+from testkit.sglang_setup import Setup
 
 PER_STEP = (
     "init_forward_metadata",
@@ -64,11 +64,14 @@ def test_third_party_observer_sees_one_growth_with_the_grown_backend(
     from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend
 
     backend = AiterExtAttnBackend(sglang_setup.runner)
-    assert observer.events == []  # construction adopts, it does not grow
-    backend.init_cuda_graph_state(sglang_setup.max_bs, sglang_setup.max_bs)
-    backend.init_cuda_graph_state(sglang_setup.max_bs, sglang_setup.max_bs)  # e.g. pdmux
+    assert observer.events == []  # construction sizes the pool, it does not announce growth
+    built = backend.buffer_pool.capacity
+    assert built == sglang_setup.max_bs  # sglang's own graph maximum is known at construction
+    graph = built + 2  # a graph runner capturing above sglang's rule
+    backend.init_cuda_graph_state(graph, graph)
+    backend.init_cuda_graph_state(graph, graph)  # e.g. pdmux
     (event,) = observer.events
     assert event.owner is backend
     assert event.pool is backend.buffer_pool
-    assert (event.old_capacity, event.new_capacity) == (POOL, sglang_setup.max_bs)
-    assert f"max_bs={sglang_setup.max_bs}" in event.reason
+    assert (event.old_capacity, event.new_capacity) == (built, graph)
+    assert f"max_bs={graph}" in event.reason

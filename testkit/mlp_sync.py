@@ -1,0 +1,183 @@
+"""Batches as sglang's own MLP-sync padding hands them to the attention backend, eagerly.
+
+With DP attention (and whenever sglang needs a gathered buffer) every scheduler step goes through
+``ForwardBatch.prepare_mlp_sync_batch`` before the eager forward: each rank's token count is
+aligned to the attention-TP size and a decode or idle batch then *has* that many rows
+(``batch_size = num_tokens``). :func:`mlp_synced_batch` builds a real ``ForwardBatch`` for one rank,
+gives it the token counts the other ranks reported, and runs sglang's real method on it.
+
+What cannot exist on a machine without GPUs or a process group is stated, not faked in sglang's
+code: the rank's place in the DP group (no distributed groups here), the gathered buffer's element
+type (normally set when the model is loaded) and, on a machine without CUDA, host memory that is
+not page-locked (sglang pins the token-count tensor it copies to the GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import torch
+
+from sglang_aiter_plugin._rebind import rebound
+from testkit.sglang_setup import Setup
+
+__all__ = ["SEQ_LEN", "mlp_synced_batch", "plain_batch"]
+
+SEQ_LEN = 7
+"""Tokens already in each request's KV cache in the batches built here."""
+
+
+def plain_batch(
+    mode: str,
+    rows: int,
+    device: str = "cpu",
+    *,
+    extend_len: int = 3,
+    lens: list[int] | None = None,
+) -> Any:
+    """A ``ForwardBatch`` of ``rows`` requests in ``mode`` (``decode``, ``extend``, ``idle``,
+    ``draft-extend``: only its size is used, its draft input is a stand-in).
+
+    Request ``i`` sits in request slot ``i``; decode rows have :data:`SEQ_LEN` tokens, extend
+    rows add ``extend_len`` new tokens to a prefix of :data:`SEQ_LEN` - ``extend_len``. ``lens``
+    gives each request its own length instead (at least ``extend_len`` for extend rows).
+    """
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
+
+    forward_mode = {
+        "decode": ForwardMode.DECODE,
+        "extend": ForwardMode.EXTEND,
+        "idle": ForwardMode.IDLE,
+        "draft-extend": ForwardMode.DRAFT_EXTEND_V2,
+    }[mode]
+    if mode == "idle":
+        rows = 0
+    tokens = rows * (extend_len if mode in ("extend", "draft-extend") else 1)
+    if lens is None:
+        lens = [SEQ_LEN] * rows
+    seq = torch.tensor(lens[:rows], dtype=torch.int64, device=device)
+    fb = ForwardBatch(
+        forward_mode=forward_mode,
+        batch_size=rows,
+        input_ids=torch.zeros(tokens, dtype=torch.int64, device=device),
+        req_pool_indices=torch.arange(rows, dtype=torch.int64, device=device),
+        seq_lens=seq,
+        out_cache_loc=torch.arange(tokens, dtype=torch.int64, device=device),
+        seq_lens_sum=int(seq.sum()),
+        seq_lens_cpu=seq.cpu(),
+        positions=torch.zeros(tokens, dtype=torch.int64, device=device),
+    )
+    fb.lora_ids = [None] * rows  # as ForwardBatch.init_new copies it from a batch without LoRA
+    if mode == "draft-extend":  # EAGLE's draft extend: extend_len draft tokens per request
+        fb.spec_info = types.SimpleNamespace(
+            num_tokens_per_req=extend_len, is_draft_input=lambda: True, hidden_states=None,
+            topk_p=None, topk_index=None, pad_batch=lambda pad, bs: None,
+        )
+    if mode == "extend":
+        prefix = [n - extend_len for n in lens[:rows]]
+        fb.extend_num_tokens = tokens
+        fb.extend_seq_lens = torch.full((rows,), extend_len, dtype=torch.int32, device=device)
+        fb.extend_prefix_lens = torch.tensor(prefix, dtype=torch.int32, device=device)
+        fb.extend_start_loc = torch.arange(0, tokens, extend_len, dtype=torch.int32, device=device)
+        fb.extend_seq_lens_cpu = [extend_len] * rows
+        fb.extend_prefix_lens_cpu = prefix
+        fb.extend_logprob_start_lens_cpu = list(prefix)
+    return fb
+
+
+def mlp_synced_batch(
+    setup: Setup,
+    backend: Any,
+    mode: str,
+    rows: int,
+    others: list[int],
+    device: str = "cpu",
+    *,
+    lens: list[int] | None = None,
+) -> Any:
+    """This rank's batch after sglang's ``prepare_mlp_sync_batch`` (where the configuration has
+    MLP sync; otherwise the batch as the eager forward gets it, unpadded).
+
+    ``rows``: this rank's requests; ``others``: the token counts the other DP ranks reported
+    (one entry per rank). ``backend`` is what the model runner would hold as ``attn_backend``
+    (sglang reads its padding fill value from it). ``lens``: as for :func:`plain_batch`.
+    """
+    from sglang_aiter_plugin.backend.capacity import requires_mlp_sync
+
+    fb = plain_batch(mode, rows, device, lens=lens)
+    if not requires_mlp_sync(setup.server_args):
+        return fb  # the scheduler sends no token counts; sglang's eager forward pads nothing
+    counts = [int(fb.input_ids.shape[0]), *others]
+    fb.global_num_tokens_cpu = list(counts)
+    fb.global_num_tokens_for_logprob_cpu = list(counts)
+    fb.global_num_tokens_gpu = torch.tensor(counts, dtype=torch.int64, device=device)
+    fb.global_num_tokens_for_logprob_gpu = torch.tensor(counts, dtype=torch.int64, device=device)
+    fb.is_extend_in_batch = mode == "extend" or any(
+        f.forward_mode.is_extend() for f in [fb] if f.forward_mode is not None
+    )
+    runner = setup.runner
+    runner.attn_backend = backend
+    if not hasattr(runner, "attn_tp_sequence_sharded"):
+        # ModelRunner's default (0.5.2x): a forward is attention-TP sharded iff sglang holds a
+        # gathered buffer. The real method lives on a class that cannot be imported here.
+        from sglang.srt.utils.common import require_gathered_buffer
+
+        runner.attn_tp_sequence_sharded = lambda num_tokens: require_gathered_buffer()
+    if not hasattr(runner, "mambaish_config"):
+        runner.mambaish_config = None  # a Llama model: no state-space layers
+    with _one_rank_of(setup, len(counts)):
+        method = type(fb).prepare_mlp_sync_batch
+        if not torch.cuda.is_available():
+            method = rebound(method, {"torch": _UNPINNED_TORCH})
+        method(fb, runner)
+    return fb
+
+
+class _UnpinnedTorch:
+    """``torch`` as sglang's method sees it on a machine without CUDA: page-locking is a no-op."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    @staticmethod
+    def tensor(*args: Any, pin_memory: bool = False, **kw: Any) -> torch.Tensor:
+        return torch.tensor(*args, **kw)
+
+
+_UNPINNED_TORCH = _UnpinnedTorch()
+
+
+@contextlib.contextmanager
+def _one_rank_of(setup: Setup, ranks: int) -> Iterator[None]:
+    """State rank 0 of ``ranks`` DP ranks where sglang reads it (no process groups exist)."""
+    from sglang.srt.layers import dp_attention
+
+    with contextlib.ExitStack() as scope:
+        try:
+            from sglang.srt.runtime_context import get_parallel
+        except ImportError:  # 0.5.11-0.5.13
+            get_parallel = None
+        if get_parallel is not None:
+            group = types.SimpleNamespace(ca_comm=None, cpu_group=None, device_group=None)
+            try:  # 0.5.2x reads the TP group's custom all-reduce to choose the padding mode
+                scope.enter_context(get_parallel().override(tp_group=group, attn_dp_rank=0))
+            except (AttributeError, KeyError, TypeError):
+                scope.enter_context(get_parallel().override(attn_dp_rank=0))
+        for name, value in (("_ATTN_DP_RANK", 0), ("_ATTN_DP_SIZE", ranks),
+                            ("_LOCAL_ATTN_DP_RANK", 0), ("_LOCAL_ATTN_DP_SIZE", ranks)):
+            if hasattr(dp_attention, name):  # module globals up to 0.5.2x
+                scope.enter_context(mock.patch.object(dp_attention, name, value))
+        if hasattr(dp_attention, "initialize_dp_attention_flags"):
+            dp_attention.initialize_dp_attention_flags(setup.server_args)
+        if hasattr(dp_attention, "init_dp_gathered_buffer"):
+            dp_attention.init_dp_gathered_buffer(setup.runner.model_config)
+        elif hasattr(dp_attention, "_DpGatheredBufferWrapper"):
+            wrapper = dp_attention._DpGatheredBufferWrapper
+            config = setup.runner.model_config
+            with contextlib.suppress(TypeError):
+                wrapper.set_metadata(config.hidden_size, config.dtype, torch.device("cpu"))
+        yield

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks._format import _fmt, _header
+from benchmarks._format import fmt, header
 from benchmarks.render_capacity import pool_capacity
 from benchmarks.render_gpu import backend_gpu, bounds_check
 
@@ -26,20 +26,20 @@ Section = Callable[[dict[str, Any], Path], list[str]]
 
 
 def _startup(data: dict[str, Any], _: Path) -> list[str]:
-    lines = ["## Start-up cost on CPU", "", *_header(data)]
+    lines = ["## Start-up cost on CPU", "", *header(data)]
     lines += ["| variant | wall time of `load_plugins()` process | peak RSS |",
               "| --- | --- | --- |"]
     for variant, wall in data["wall_ms"].items():
-        lines.append(f"| {variant} | {_fmt(wall, 'ms')} | "
-                     f"{_fmt(data['peak_rss_mib'][variant], 'MiB')} |")
+        lines.append(f"| {variant} | {fmt(wall, 'ms')} | "
+                     f"{fmt(data['peak_rss_mib'][variant], 'MiB')} |")
     calls = data.get("load_plugins_call_ms", {})
     if calls:
         lines += ["", "The `load_plugins()` call alone, timed inside each process:", "",
                   "| variant | bare process | after the imports sglang's launcher has done |",
                   "| --- | --- | --- |"]
         for variant in data["wall_ms"]:
-            lines.append(f"| {variant} | {_fmt(calls[f'{variant}, bare'], 'ms')} | "
-                         f"{_fmt(calls[f'{variant}, launcher'], 'ms')} |")
+            lines.append(f"| {variant} | {fmt(calls[f'{variant}, bare'], 'ms')} | "
+                         f"{fmt(calls[f'{variant}, launcher'], 'ms')} |")
     lines += [
         "",
         f"- Whole process, installed vs not installed (median minus median): "
@@ -61,7 +61,7 @@ def _startup(data: dict[str, Any], _: Path) -> list[str]:
     lines += [
         "",
         f"- `import sglang_aiter_plugin` alone (`-X importtime`, cumulative): "
-        f"{_fmt(us, 'ms', 2)}.",
+        f"{fmt(us, 'ms', 2)}.",
         f"- Modules the plugin's load adds to a bare process: "
         f"{len(data['modules_added_by_plugin'])} "
         f"({', '.join(data['modules_added_by_plugin'][:12])}"
@@ -75,11 +75,11 @@ def _startup(data: dict[str, Any], _: Path) -> list[str]:
 def _reduce_scatter(data: dict[str, Any], _: Path) -> list[str]:
     fix, future = data["fix"], data["not_needed_case"]
     lines = [f"## reduce-scatter-tms hook, eager path, sglang {data['sglang']} (CPU)", "",
-             *_header(data),
+             *header(data),
              f"- Fix status: **{fix['state']}** ({fix['detail']}); "
              f"wrapper layers: {fix['layers']}.",
              "", "| variant | ns per call |", "| --- | --- |"]
-    lines += [f"| {k} | {_fmt(v, 'ns', 0)} |" for k, v in data["ns_per_call"].items()]
+    lines += [f"| {k} | {fmt(v, 'ns', 0)} |" for k, v in data["ns_per_call"].items()]
     lines += [
         "",
         f"- Ratio hooked / upstream: **{data['ratio_hooked_vs_upstream']:.3f}**; hooked / "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmarks._format import _header
+from benchmarks._format import header
 
 __all__ = ["pool_capacity"]
 
@@ -15,7 +15,7 @@ def _kib(n: int) -> str:
 
 
 def pool_capacity(data: dict[str, Any], _: Path) -> list[str]:
-    lines = ["## Per-batch buffer memory at the new capacity (CPU, sizes)", "", *_header(data),
+    lines = ["## Per-batch buffer memory at the new capacity (CPU, sizes)", "", *header(data),
              f"- Model: {data['model']}.",
              "- `capacity`: the rows `aiter-ext` sizes its pool for at construction (the largest "
              "batch sglang can send on any path); `P`: the request pool upstream sizes for. "

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmarks._format import _header
+from benchmarks._format import header
 
 __all__ = ["backend_gpu", "bounds_check"]
 
 
 def backend_gpu(data: dict[str, Any], out_dir: Path) -> list[str]:
     lines = [f"## aiter vs aiter-ext on {data['gpu']}: per-step metadata, memory, capture", "",
-             *_header(data),
+             *header(data),
              f"Two-batch overlap, request pool P = {data['pool']}, captured graph sizes "
              f"{data['capture_bs']} (max_bs {data['max_bs']} > P). {data['rounds']} interleaved "
              "rounds per point after 20 warm-up rounds; medians. *n* real requests run in the "
@@ -88,7 +88,7 @@ def _plot(data: dict[str, Any], out_dir: Path) -> str | None:
 
 def bounds_check(data: dict[str, Any], _: Path) -> list[str]:
     lines = [f"## SGLANG_AITER_EXT_BOUNDS_CHECK on {data['gpu']}: per-step metadata cost", "",
-             *_header(data),
+             *header(data),
              f"Two `aiter-ext` backends, one built with the check, same configuration as above "
              f"(P = {data['pool']}, max_bs {data['max_bs']}). {data['rounds']} interleaved rounds "
              "per point after 20 warm-up rounds; medians. Noise: the plain backend timed twice.",

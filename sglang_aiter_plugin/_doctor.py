@@ -29,13 +29,13 @@ from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR, Switches
 from sglang_aiter_plugin._text import shorten
 from sglang_aiter_plugin._version import __version__
+from sglang_aiter_plugin.attention_backend.marker import EXT_NAME
+from sglang_aiter_plugin.attention_backend.steps import NAME as FIX_NAME
 
 __all__ = ["Check", "Report", "collect", "naming_note", "render_json", "render_table"]
 
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 ENTRY_POINT_NAME = "aiter_ext"
-EXT_NAME = "aiter-ext"
-FIX_NAME = "attention-backend"
 INSTALL_HINT = (
     "`pip install .` in a checkout of sglang-aiter-plugin, or `pip install git+<its repository "
     "URL>`; see the README"
@@ -225,6 +225,8 @@ def _check_selection(report: Report, name: str, loaded: bool, switches: Switches
         reasons.append(f"the {FIX_NAME} fix is disabled ({DISABLE_VAR})")
     elif status is not None and status.state is FixState.FAILED:
         reasons.append(f"the {FIX_NAME} fix failed: {status.detail}")
+    elif status is not None and status.state is FixState.PENDING:
+        reasons.append(f"the {FIX_NAME} fix is still pending: {status.detail}")
     if not loaded:
         reasons.append("sglang's plugin loader does not load the plugin (see discovery)")
     if reasons:
@@ -264,8 +266,8 @@ def _check_fixes(report: Report) -> tuple[Switches, list[FixStatus]]:
         report.add(
             "switches", OK, f"plugin {state}; disabled fixes: {off}; batch bounds check: {check}"
         )
-    for status in statuses:
-        level = FAIL if status.state is FixState.FAILED else OK
+    for status in statuses:  # pending here: the import sglang makes at launch did not happen
+        level = {FixState.FAILED: FAIL, FixState.PENDING: WARN}.get(status.state, OK)
         text = status.state.value + (f": {status.detail}" if status.detail else "")
         report.add(f"fix {status.name}", level, text)
     return switches, statuses

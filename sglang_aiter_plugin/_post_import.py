@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["when_imported"]
+__all__ = ["cancel", "when_imported"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +39,26 @@ def when_imported(module_name: str, callback: _Callback) -> bool:
     with _lock:
         module = sys.modules.get(module_name)
         if module is None:
-            _pending.setdefault(module_name, []).append(callback)
+            waiting = _pending.setdefault(module_name, [])
+            if callback not in waiting:
+                waiting.append(callback)
             if not any(isinstance(f, _Finder) for f in sys.meta_path):
                 sys.meta_path.insert(0, _Finder())
             return False
     callback(module)
     return True
+
+
+def cancel(module_name: str, callback: _Callback) -> None:
+    """Forget ``callback`` for ``module_name``; the hook leaves when nothing else waits."""
+    with _lock:
+        callbacks = _pending.get(module_name, [])
+        if callback in callbacks:
+            callbacks.remove(callback)
+        if not callbacks:
+            _pending.pop(module_name, None)
+        if not _pending:
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]
 
 
 def _run_pending(module_name: str) -> None:

@@ -14,7 +14,6 @@ modified, so there is nothing to restore and no other thread can observe it.
 from __future__ import annotations
 
 import builtins
-import functools
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -73,19 +72,12 @@ def rebound(
     :class:`RebindError` when ``fn``'s code does not mention one of the names: the sglang release
     changed how it finds that object, and the copy would silently use sglang's.
     """
-    return _rebound(fn, tuple(sorted(names.items(), key=lambda kv: kv[0])), module, strict)
-
-
-@functools.lru_cache(maxsize=64)
-def _rebound(
-    fn: Callable[..., Any], items: tuple[tuple[str, Any], ...], module: str | None, strict: bool
-) -> Callable[..., Any]:
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"can only rebind plain Python functions, not {type(fn).__name__}")
-    names = dict(items)
     code = fn.__code__
     if strict:
-        missing = sorted(n for n in names if n not in code.co_names)
+        used = _names_used(code)
+        missing = sorted(n for n in names if n not in used)
         if missing:
             raise RebindError(
                 f"{fn.__module__}.{fn.__qualname__} no longer looks up {missing}; this sglang "
@@ -102,3 +94,12 @@ def _rebound(
     copy.__doc__ = fn.__doc__
     copy.__wrapped__ = fn  # type: ignore[attr-defined]
     return copy
+
+
+def _names_used(code: types.CodeType) -> set[str]:
+    """Global and attribute names ``code`` looks up, nested code (comprehensions) included."""
+    used = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            used |= _names_used(const)
+    return used

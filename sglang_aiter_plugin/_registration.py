@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from sglang_aiter_plugin._log import log as _log
 from sglang_aiter_plugin._sglang import Support, installed_sglang_version, support_of
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin._switches import ENABLE_VAR, Switches, read_switches
@@ -18,7 +19,6 @@ from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 
 __all__ = ["last_statuses", "register", "run_fixes"]
 
-logger = logging.getLogger("sglang_aiter_plugin")
 
 _lock = threading.RLock()
 _statuses: dict[str, FixStatus] | None = None
@@ -39,12 +39,14 @@ def run_fixes() -> tuple[Switches, list[FixStatus]]:
             _switches = Switches(enabled=False, disabled_fixes=switches.disabled_fixes)
             _statuses = {n: FixStatus(n, FixState.DISABLED, f"{ENABLE_VAR}=0") for n in builtin}
             return _switches, list(_statuses.values())
-        from sglang_aiter_plugin.plugin.manager import fix_sources, get_manager
+        from sglang_aiter_plugin.plugin.manager import PluginManager, fix_sources, install_manager
         from sglang_aiter_plugin.plugin.spec import FixContext
 
         sources, problems = fix_sources()
         _switches = read_switches([s.name for s in sources])
-        manager = get_manager(sources, blocked=_switches.disabled_fixes, problems=problems)
+        manager = install_manager(
+            PluginManager(sources, blocked=_switches.disabled_fixes, problems=problems)
+        )
         _statuses = {}
         context = FixContext(
             plugin_version=__version__,
@@ -64,11 +66,8 @@ def _report_later(status: FixStatus) -> None:
         _statuses[status.name] = status
     if status.state is FixState.PENDING:
         return
-    _ensure_visible_logging()
-    if status.state is FixState.FAILED:
-        logger.warning("sglang-aiter-plugin: %s", status)
-    else:
-        logger.info("sglang-aiter-plugin: %s", status)
+    level = logging.WARNING if status.state is FixState.FAILED else logging.INFO
+    _log(level, "sglang-aiter-plugin: %s", status)
 
 
 def last_statuses() -> list[FixStatus] | None:
@@ -83,18 +82,18 @@ def register() -> None:
         switches, statuses = run_fixes()
         _log_summary(switches, statuses)
     except Exception:  # sglang only logs plugin errors; say it ourselves, precisely
-        _ensure_visible_logging()
-        logger.exception(
-            "sglang-aiter-plugin %s failed to register; sglang is unchanged", __version__
-        )
+        import traceback
+
+        _log(logging.ERROR, "sglang-aiter-plugin %s failed to register; sglang is unchanged\n%s",
+             __version__, traceback.format_exc())
 
 
 def _log_summary(switches: Switches, statuses: list[FixStatus]) -> None:
-    _ensure_visible_logging()
     sglang_version = installed_sglang_version()
     support = support_of(sglang_version)
     fixes = "; ".join(str(s) for s in statuses) or "no fixes"
-    logger.info(
+    _log(
+        logging.INFO,
         "sglang-aiter-plugin %s on sglang %s (%s): %s",
         __version__,
         sglang_version or "?",
@@ -102,42 +101,15 @@ def _log_summary(switches: Switches, statuses: list[FixStatus]) -> None:
         fixes,
     )
     for problem in switches.problems:
-        logger.warning("sglang-aiter-plugin: %s", problem)
+        _log(logging.WARNING, "sglang-aiter-plugin: %s", problem)
     if support in (Support.UNTESTED, Support.UNSUPPORTED):
-        logger.warning(
+        _log(
+            logging.WARNING,
             "sglang-aiter-plugin: sglang %s is %s; run `sglang-aiter-plugin doctor`",
             sglang_version,
             support,
         )
     for status in statuses:
         if status.state is FixState.FAILED:
-            logger.warning("sglang-aiter-plugin: fix %s failed: %s", status.name, status.detail)
-
-
-class _UntilConfigured(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes the plugin's records only while the application has configured no logging.
-
-    sglang configures logging after plugins load, so the start-up line would otherwise vanish.
-    Records still propagate: once the root logger has a handler, that handler (the
-    application's) prints them and this one stays silent, so nothing is printed twice.
-    """
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if logging.getLogger().handlers:
-            return
-        super().emit(record)
-
-
-def _ensure_visible_logging() -> None:
-    """Make the plugin's INFO lines visible without taking over the application's logging.
-
-    Only this logger's own level is raised, and only while nobody set it; the handler added
-    here steps aside once the application configures logging (:class:`_UntilConfigured`).
-    """
-    if logger.level == logging.NOTSET and logger.getEffectiveLevel() > logging.INFO:
-        logger.setLevel(logging.INFO)
-    if any(isinstance(h, _UntilConfigured) for h in logger.handlers):
-        return
-    handler = _UntilConfigured()
-    handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(name)s: %(message)s"))
-    logger.addHandler(handler)
+            _log(logging.WARNING, "sglang-aiter-plugin: fix %s failed: %s", status.name,
+                 status.detail)

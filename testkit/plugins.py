@@ -1,4 +1,4 @@
-"""A process-wide plugin manager made for one test: the built-in fixes plus given plugins."""
+"""A plugin manager made for one test: the built-in fixes plus given in-process plugins."""
 
 from __future__ import annotations
 
@@ -6,27 +6,23 @@ from collections.abc import Iterable
 
 import pytest
 
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 from sglang_aiter_plugin.plugin import manager as manager_module
 from sglang_aiter_plugin.plugin.manager import FixSource, PluginManager
 
-__all__ = ["install_manager"]
+__all__ = ["use_manager"]
 
 
-def install_manager(
+def use_manager(
     monkeypatch: pytest.MonkeyPatch,
     plugins: Iterable[tuple[str, object]] = (),
     *,
     builtin: bool = True,
 ) -> PluginManager:
-    """Make a fresh manager the process-wide one until the test ends; register ``plugins`` in it.
-
-    ``builtin=False`` leaves the built-in fixes out (and so imports none of them).
-    """
-    sources: list[FixSource] = [] if not builtin else manager_module.fix_sources()[0]
-    sources = [s for s in sources if s.entry_point is None]
+    """The process-wide manager, for this test only: built-in fixes (unless ``builtin=False``,
+    which imports none of them) and ``plugins`` registered in-process."""
+    sources = [FixSource(n, module=m) for n, m in BUILTIN_FIXES] if builtin else []
+    sources += [FixSource(name, plugin=plugin) for name, plugin in plugins]
     manager = PluginManager(sources)
-    for name, plugin in plugins:
-        manager.pluggy.register(plugin, name=name)
-        manager._order.append(name)
-    monkeypatch.setattr(manager_module, "_manager", manager)
+    monkeypatch.setattr(manager_module, "current_manager", lambda: manager)
     return manager

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+__all__ = ["PRELUDE", "Result", "run_main_script", "run_python"]
+
 PRELUDE = 'import sys, json\nsys.modules.setdefault("aiter", None)\n'
 
 

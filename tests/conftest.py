@@ -56,3 +56,15 @@ def sglang_setup(request: pytest.FixtureRequest, model_dir: Path) -> Iterator[Se
     setup = configure(model_dir, SCENARIOS[getattr(request, "param", "plain")])
     with setup.scope:
         yield setup
+
+
+@pytest.fixture
+def construction_sites(plugins_loaded: None) -> None:
+    """sglang's aiter construction sites wrapped, as after a launch in this process chose
+    aiter-ext (a launch without it leaves them alone while the registry is not imported)."""
+    import importlib
+
+    from sglang_aiter_plugin.attention_backend.steps import prepare_construction_sites
+    from sglang_aiter_plugin.attention_backend.targets import REGISTRY_MODULE
+
+    prepare_construction_sites(importlib.import_module(REGISTRY_MODULE))

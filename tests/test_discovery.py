@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib.metadata import distribution
+from pathlib import Path
 
 from testkit.subproc import run_main_script, run_python
 
@@ -83,7 +84,7 @@ if __name__ == "__main__":
 """
 
 
-def test_spawn_child_loads_the_plugin_itself(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_spawn_child_loads_the_plugin_itself(tmp_path: Path) -> None:
     result = run_main_script(tmp_path, SPAWN)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.data == {"child": [1, True], "exitcode": 0}

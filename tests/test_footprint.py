@@ -16,7 +16,6 @@ before = dict(os.environ)
 from sglang.srt.plugins import load_plugins
 load_plugins()
 from sglang.srt.server_args import ServerArgs
-import sglang.srt.layers.attention.attention_registry as registry
 record = ServerArgs(model_path="dummy", attention_backend="triton")
 if hasattr(record, "resolve_once"):  # 0.5.19+: the plugin's fold runs first, then sglang's
     try:
@@ -26,14 +25,16 @@ if hasattr(record, "resolve_once"):  # 0.5.19+: the plugin's fold runs first, th
 from sglang_aiter_plugin._post_import import _Finder, _Loader
 from sglang_aiter_plugin.attention_backend import MARKER_ATTR
 from sglang_aiter_plugin._registration import last_statuses
-loaders = [m.__spec__.loader for m in (registry, sys.modules["sglang.srt.server_args"])]
+server_args = sys.modules["sglang.srt.server_args"]
+loaders = [server_args.__spec__.loader, server_args.__loader__]
 plugin_logger = logging.getLogger("sglang_aiter_plugin")
 print("RESULT " + json.dumps({
     "env_added": sorted(set(os.environ) - set(before)),
     "marker": hasattr(record, MARKER_ATTR),
     "finders": [type(f).__name__ for f in sys.meta_path if isinstance(f, _Finder)],
     "plugin_loaders": [type(l).__name__ for l in loaders if isinstance(l, _Loader)],
-    "module_loaders": [type(m.__loader__).__name__ for m in (registry,)],
+    "module_loaders": [type(server_args.__loader__).__name__],
+    "registry_imported": "sglang.srt.layers.attention.attention_registry" in sys.modules,
     "propagate": plugin_logger.propagate,
     "statuses": {s.name: s.state.value for s in last_statuses()},
 }))
@@ -49,6 +50,8 @@ def test_a_launch_without_aiter_ext_leaves_nothing_behind() -> None:
     assert control.returncode == 0, control.stderr[-3000:]
     assert data["statuses"]["attention-backend"] == "applied"  # the fix did run here
     assert data["env_added"] == control.data["env_added"]
+    # sglang's launcher need not import the backend registry; the hook must not wait for it
+    assert data["registry_imported"] is False
     assert data["marker"] is False
     assert data["finders"] == []  # the import hook is gone once nothing waits
     assert data["plugin_loaders"] == []  # the modules it watched keep their own loaders
@@ -71,6 +74,35 @@ def test_the_applications_handlers_see_the_plugins_line_exactly_once() -> None:
     lines = [ln for ln in result.stderr.splitlines() if "sglang-aiter-plugin 0" in ln]
     assert len(lines) == 1, result.stderr[-3000:]
     assert lines[0].startswith("APP sglang_aiter_plugin: ")
+
+
+def test_the_applications_level_silences_the_plugins_info_line() -> None:
+    result = run_python(APPLICATION_LOGGING.replace("level=logging.INFO", "level=logging.WARNING"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sglang-aiter-plugin 0" not in result.stderr
+
+
+INHERITED = """
+import os
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang.srt.server_args import ServerArgs
+from sglang_aiter_plugin.attention_backend import SELECTED_ENV, is_selected
+record = ServerArgs(model_path="dummy", attention_backend="aiter")
+if hasattr(record, "resolve_once"):
+    try:
+        record.resolve_once()
+    except Exception:
+        pass
+print("RESULT " + json.dumps({"selected": is_selected(record),
+                              "env": os.environ.get(SELECTED_ENV)}))
+"""
+
+
+def test_an_inherited_choice_does_not_turn_an_explicit_aiter_into_aiter_ext() -> None:
+    result = run_python(INHERITED, env={"SGLANG_AITER_EXT_SELECTED": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.data == {"selected": False, "env": None}
 
 
 def test_with_nothing_configured_the_plugins_line_is_still_visible() -> None:

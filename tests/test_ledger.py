@@ -50,3 +50,14 @@ def test_every_target_exists_in_the_installed_release() -> None:
         if obj is None and not release_specific:
             missing.append(str(target))
     assert missing == []
+
+
+@pytest.mark.usefixtures("plugins_loaded")
+def test_the_release_specific_fold_point_exists_and_is_in_the_table() -> None:
+    from sglang.srt.server_args import ServerArgs
+
+    from sglang_aiter_plugin.attention_backend import TARGETS, fold_point
+
+    point = fold_point(ServerArgs)
+    assert callable(getattr(ServerArgs, point))
+    assert f"ServerArgs.{point}" in {t.qualname for t in TARGETS}

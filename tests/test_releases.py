@@ -53,3 +53,27 @@ def test_the_set_up_scripts_read_the_same_source() -> None:
     assert ask("base") == _releases.BASE
     assert ask("ci").split() == list(_releases.CI)
     assert ask("tested").split() == list(_releases.TESTED)
+
+
+def test_the_readme_support_statement_is_the_tested_releases() -> None:
+    """Written by the compatibility matrix: it must have run on every tested release."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("<!-- support:start -->", 1)[1].split("<!-- support:end -->", 1)[0]
+    listed = block.split("Supported and tested: sglang ", 1)[1]
+    listed = listed.split(". Details", 1)[0].split(". Untested", 1)[0]
+    assert listed.split("; failing")[0].split(", ") == list(_releases.TESTED)
+    assert "failing" not in block
+
+
+def test_every_test_file_is_in_a_matrix_area() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("matrix", ROOT / "tests/compat/matrix.py")
+    assert spec is not None
+    assert spec.loader is not None
+    matrix = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(matrix)
+    prefixes = [p for paths in matrix.AREAS.values() for p in paths]
+    files = [p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")]
+    outside = [f for f in files if not any(f.startswith(p) for p in prefixes)]
+    assert outside == []

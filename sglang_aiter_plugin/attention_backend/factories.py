@@ -35,7 +35,11 @@ __all__ = [
     "install_registry",
 ]
 
-DRAFT_FACTORY_METHODS = ("_create_aiter_prefill_backend", "_create_aiter_decode_backend")
+#: The ``DraftBackendFactory`` methods among the construction sites.
+DRAFT_FACTORY_METHODS = tuple(
+    t.qualname.split(".")[1] for t in TARGETS
+    if t.module == DRAFT_UTILS_MODULE and t.qualname.startswith("DraftBackendFactory.")
+)
 _WRAPPED_FLAG = "__sglang_aiter_plugin_factory__"
 
 

@@ -29,11 +29,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from sglang_aiter_plugin._log import log
 from sglang_aiter_plugin.attention_backend import marker
 
 __all__ = ["BACKEND_FIELDS", "BackendChoiceError", "fold", "fold_point", "install_fold"]
 
-logger = logging.getLogger("sglang_aiter_plugin")
 
 BACKEND_FIELDS = (
     "attention_backend",
@@ -94,7 +94,8 @@ def fold(server_args: Any, *, declare: bool) -> list[str]:
         else:
             for name, value in renamed.items():
                 setattr(server_args, name, value)
-        logger.info(
+        log(
+            logging.INFO,
             "sglang-aiter-plugin: resolving %s 'aiter-ext' as 'aiter' (sglang's aiter "
             "configuration, validation and runtime paths); sglang's aiter backends will be "
             "built as the plugin's aiter-ext classes",

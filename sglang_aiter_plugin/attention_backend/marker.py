@@ -19,6 +19,7 @@ when it carries the attribute; the environment decides otherwise.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from sglang_aiter_plugin._text import shorten
@@ -30,6 +31,7 @@ __all__ = [
     "STOCK_NAME",
     "SelectionError",
     "is_selected",
+    "on_record",
     "record",
 ]
 
@@ -43,23 +45,29 @@ class SelectionError(ValueError):
     """The recorded choice of backend class cannot be read."""
 
 
-_written = False
-"""Whether this process wrote :data:`SELECTED_ENV` (an inherited value is the parent's)."""
+_listeners: list[Callable[[bool], None]] = []
+
+
+def on_record(listener: Callable[[bool], None]) -> None:
+    """Call ``listener(selected)`` after every recorded choice (the fix arms its steps by it)."""
+    if listener not in _listeners:
+        _listeners.append(listener)
 
 
 def record(server_args: Any, selected: bool) -> None:
     """Record the choice of ``aiter-ext`` on ``server_args`` and in the environment.
 
-    Without the choice nothing is written, and a value this process wrote earlier is removed.
+    Without the choice nothing is written on the record, and a value of :data:`SELECTED_ENV`
+    left by an earlier launch (in this process, or inherited from its parent) is removed, so
+    that it cannot turn this launch's ``aiter`` into ``aiter-ext``.
     """
-    global _written
     if selected:
         setattr(server_args, MARKER_ATTR, EXT_NAME)
         os.environ[SELECTED_ENV] = "1"
-        _written = True
-    elif _written:
+    else:
         os.environ.pop(SELECTED_ENV, None)
-        _written = False
+    for listener in list(_listeners):
+        listener(selected)
 
 
 def is_selected(server_args: Any | None) -> bool:

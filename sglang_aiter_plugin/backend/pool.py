@@ -14,6 +14,7 @@ Holders keep plain tensors as attributes: nothing here runs on the per-step path
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,8 @@ from typing import Any
 import torch
 
 __all__ = ["Binding", "BufferPool", "BufferSpec", "Fill", "PoolFrozenError"]
+
+logger = logging.getLogger(__name__)
 
 
 class Fill(str, enum.Enum):
@@ -212,8 +215,18 @@ class BufferPool:
 
 
 def _announce(pool: BufferPool, old: int, new: int, reason: str) -> None:
-    """Tell the observers of ``aiter_ext_pool_resized``; the pool is already consistent."""
-    from sglang_aiter_plugin.plugin.manager import get_manager
+    """Tell the observers of ``aiter_ext_pool_resized``, if the plugin registered any.
+
+    The pool is already consistent: an observer that raises is logged, never fatal.
+    """
+    from sglang_aiter_plugin.plugin.manager import current_manager
     from sglang_aiter_plugin.plugin.spec import PoolResize
 
-    get_manager().announce_resize(PoolResize(pool, pool.owner, old, new, reason))
+    manager = current_manager()
+    if manager is None:
+        return
+    try:
+        manager.announce_resize(PoolResize(pool, pool.owner, old, new, reason))
+    except Exception:
+        logger.exception("sglang-aiter-plugin: an aiter_ext_pool_resized observer raised; "
+                         "the pool itself grew and re-pointed its holders")

@@ -5,10 +5,13 @@ Built as pluggy's and tox's authors use pluggy: a fix switched off by the user i
 (the second is not loaded), never silently dropped; a third-party fix that fails to load is a
 ``failed`` status, and the others still apply. Callers use :func:`get_manager` and its typed
 methods; :attr:`PluginManager.pluggy` is there for embedders that need pluggy itself.
+``register()`` builds the process-wide manager once, with the user's switches
+(:func:`install_manager`); nothing else creates one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import threading
@@ -25,21 +28,25 @@ from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 from sglang_aiter_plugin.plugin import FIXES_GROUP, NAME, spec
 from sglang_aiter_plugin.plugin.spec import FixContext, PoolResize
 
-__all__ = ["FixSource", "PluginManager", "fix_sources", "get_manager"]
+__all__ = ["FixSource", "PluginManager", "current_manager", "fix_sources", "install_manager"]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class FixSource:
-    """Where a fix comes from: a built-in module, or a third-party entry point (not loaded yet)."""
+    """Where a fix comes from: a built-in module, a third-party entry point (not loaded yet), or
+    a plugin object an embedder hands over in-process."""
 
     name: str
     module: str | None = None
     entry_point: EntryPoint | None = None
+    plugin: object | None = None
 
     @property
     def origin(self) -> str:
+        if self.plugin is not None:
+            return f"in-process plugin {type(self.plugin).__name__}"
         if self.entry_point is None:
             return f"built-in {self.module}"
         dist = getattr(self.entry_point.dist, "name", None) or "an unknown distribution"
@@ -57,9 +64,9 @@ def fix_sources() -> tuple[list[FixSource], list[FixStatus]]:
     for ep in entry_points(group=FIXES_GROUP):
         source = FixSource(ep.name, entry_point=ep)
         first = taken.get(ep.name)
-        if first is not None:
+        if first is not None:  # reported under its own label; the first fix keeps the name
             problems.append(FixStatus(
-                ep.name, FixState.FAILED,
+                f"{ep.name} (duplicate)", FixState.FAILED,
                 f"{source.origin} is not loaded: the fix name {ep.name!r} is already taken by "
                 f"{first.origin}; rename one of the entry points (group {FIXES_GROUP})",
             ))
@@ -86,17 +93,19 @@ class PluginManager:
         self.pluggy.add_hookspecs(spec)
         self._order = [s.name for s in sources]
         self._problems: list[FixStatus] = list(problems)
+        self._unloaded: set[str] = set()
         for source in sources:
             if source.name in blocked:
                 self.pluggy.set_blocked(source.name)
                 continue
             try:
-                plugin: Any = (
-                    source.entry_point.load() if source.entry_point is not None
-                    else importlib.import_module(str(source.module))
-                )
+                plugin: Any = source.plugin
+                if plugin is None:
+                    plugin = (source.entry_point.load() if source.entry_point is not None
+                              else importlib.import_module(str(source.module)))
                 self.pluggy.register(plugin, name=source.name)
             except Exception as exc:  # a broken third-party fix must not stop the others
+                self._unloaded.add(source.name)
                 self._problems.append(FixStatus(
                     source.name, FixState.FAILED,
                     f"cannot load {source.origin}: {type(exc).__name__}: {exc}",
@@ -104,7 +113,10 @@ class PluginManager:
         try:
             self.pluggy.check_pending()
         except pluggy.PluginValidationError as exc:
-            self._problems.append(FixStatus(str(exc.plugin), FixState.FAILED, str(exc)))
+            name = self.pluggy.get_name(exc.plugin) or repr(exc.plugin)
+            self.pluggy.unregister(exc.plugin)
+            self._unloaded.add(name)
+            self._problems.append(FixStatus(name, FixState.FAILED, str(exc)))
 
     def fix_names(self) -> list[str]:
         """Every fix name on offer, applied or not, in application order."""
@@ -113,10 +125,9 @@ class PluginManager:
     def apply_fixes(self, context: FixContext) -> list[FixStatus]:
         """Run every registered fix once, each isolated from the others' failures."""
         impls = {i.plugin_name: i for i in self.pluggy.hook.aiter_ext_apply_fix.get_hookimpls()}
-        failed = {p.name for p in self._problems}
         statuses: list[FixStatus] = list(self._problems)
         for name in self._order:
-            if name in failed:
+            if name in self._unloaded:
                 continue
             if self.pluggy.is_blocked(name):
                 statuses.append(FixStatus(name, FixState.DISABLED, f"listed in {DISABLE_VAR}"))
@@ -130,6 +141,7 @@ class PluginManager:
 
 
 def _call_fix(name: str, function: Any, context: FixContext) -> FixStatus:
+    context = dataclasses.replace(context, report=_reporting_as(name, context.report))
     try:
         result = function(context=context)
     except Exception as exc:
@@ -137,24 +149,30 @@ def _call_fix(name: str, function: Any, context: FixContext) -> FixStatus:
         return FixStatus(name, FixState.FAILED, f"{type(exc).__name__}: {exc}")
     if not isinstance(result, FixStatus):
         return FixStatus(name, FixState.FAILED, f"returned {result!r}, not a FixStatus")
-    if result.name != name:
-        return FixStatus(name, result.state, result.detail)
-    return result
+    return dataclasses.replace(result, name=name) if result.name != name else result
+
+
+def _reporting_as(name: str, report: Any) -> Any:
+    """``report`` for one fix: whatever name a later status carries, it is this fix's."""
+
+    def report_as(status: FixStatus) -> None:
+        report(dataclasses.replace(status, name=name) if status.name != name else status)
+
+    return report_as
 
 
 _lock = threading.RLock()
 _manager: PluginManager | None = None
 
 
-def get_manager(
-    sources: Sequence[FixSource] | None = None,
-    *,
-    blocked: Collection[str] = (),
-    problems: Sequence[FixStatus] = (),
-) -> PluginManager:
-    """The process-wide manager; the first call creates it from these arguments."""
+def install_manager(manager: PluginManager) -> PluginManager:
+    """Make ``manager`` the process-wide one (``register()`` does, once, with the switches)."""
     global _manager
     with _lock:
-        if _manager is None:
-            _manager = PluginManager(sources, blocked=blocked, problems=problems)
-        return _manager
+        _manager = manager
+        return manager
+
+
+def current_manager() -> PluginManager | None:
+    """The process-wide manager, or ``None`` before ``register()`` made one."""
+    return _manager

@@ -20,7 +20,7 @@ AITER = "sglang.srt.layers.attention.aiter_backend"
 
 
 @pytest.fixture
-def stock_classes(plugins_loaded: None) -> tuple[type[Any], type[Any]]:
+def stock_classes(construction_sites: None) -> tuple[type[Any], type[Any]]:
     module: Any = importlib.import_module(AITER)
     return module.AiterAttnBackend, module.AiterMultiStepDraftBackend
 
@@ -166,7 +166,7 @@ def test_an_unfolded_aiter_ext_entry_fails_fast(
         ATTENTION_BACKENDS["aiter-ext"](_choose(monkeypatch, runner, "aiter-ext"))
 
 
-def test_stock_factories_are_wrapped_not_replaced(plugins_loaded: None) -> None:
+def test_stock_factories_are_wrapped_not_replaced(construction_sites: None) -> None:
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
     from sglang.srt.speculative.draft_utils import DraftBackendFactory
 

@@ -61,7 +61,6 @@ def test_a_later_launch_without_the_choice_removes_what_an_earlier_one_wrote(
     from sglang_aiter_plugin.attention_backend import MARKER_ATTR, SELECTED_ENV, marker
 
     monkeypatch.delenv(SELECTED_ENV, raising=False)
-    monkeypatch.setattr(marker, "_written", False)
     first, second = SimpleNamespace(), SimpleNamespace()
     marker.record(first, selected=True)
     assert os.environ[SELECTED_ENV] == "1"

@@ -6,7 +6,7 @@ import pytest
 
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import PoolResize
-from testkit.plugins import install_manager
+from testkit.plugins import use_manager
 from testkit.sglang_setup import Setup
 
 PER_STEP = (
@@ -33,7 +33,7 @@ class Observer:
 @pytest.fixture
 def observer(monkeypatch: pytest.MonkeyPatch) -> Observer:
     obs = Observer()
-    install_manager(monkeypatch, [("third-party-observer", obs)])
+    use_manager(monkeypatch, [("third-party-observer", obs)])
     return obs
 
 

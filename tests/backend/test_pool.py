@@ -10,7 +10,7 @@ import torch
 from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill, PoolFrozenError
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import PoolResize
-from testkit.plugins import install_manager
+from testkit.plugins import use_manager
 
 SPECS = [
     BufferSpec("kv_indptr", torch.int32, Fill.ZEROS, extra=1),
@@ -36,7 +36,7 @@ class Recorder:
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     rec = Recorder()
-    install_manager(monkeypatch, [("recorder", rec)])
+    use_manager(monkeypatch, [("recorder", rec)])
     return rec
 
 
@@ -121,7 +121,7 @@ def test_rows_of_a_leading_dimension_are_bound_as_views(recorder: Recorder) -> N
 def test_growth_keeps_every_holder_right_with_no_plugin_manager_at_all(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    install_manager(monkeypatch, builtin=False)  # no fixes, no observers registered
+    use_manager(monkeypatch, builtin=False)  # no fixes, no observers registered
     pool, owner, updater = make_pool(3)
     assert pool.grow(5, reason="test")
     assert pool.stale_bindings() == []
@@ -129,20 +129,32 @@ def test_growth_keeps_every_holder_right_with_no_plugin_manager_at_all(
     assert updater.kv_indptr is owner.kv_indptr
 
 
-def test_an_observer_that_raises_is_loud_but_the_pool_is_already_right(
-    monkeypatch: pytest.MonkeyPatch,
+def test_an_observer_that_raises_is_logged_and_the_pool_is_already_right(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     class Raising:
         @hookimpl
         def aiter_ext_pool_resized(self, event: PoolResize) -> None:
             raise RuntimeError("observer failed")
 
-    install_manager(monkeypatch, [("raising", Raising())])
+    use_manager(monkeypatch, [("raising", Raising())])
     pool, _, _ = make_pool(3)
-    with pytest.raises(RuntimeError, match="observer failed"):
-        pool.grow(4, reason="test")
+    assert pool.grow(4, reason="test")
     assert pool.capacity == 4
     assert pool.stale_bindings() == []
+    assert "an aiter_ext_pool_resized observer raised" in caplog.text
+    assert "observer failed" in caplog.text
+
+
+def test_before_the_plugin_registered_growth_needs_no_manager(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sglang_aiter_plugin.plugin import manager as manager_module
+
+    monkeypatch.setattr(manager_module, "current_manager", lambda: None)
+    pool, owner, _ = make_pool(3)
+    assert pool.grow(4, reason="test")
+    assert owner.kv_indptr.shape == (5,)
 
 
 def test_adopts_tensors_that_fit_and_replaces_those_that_do_not() -> None:

@@ -33,12 +33,15 @@ SUPPORTED = list(_releases.TESTED)
 
 #: Matrix column -> test paths (prefixes of pytest node ids) that make it up.
 AREAS: dict[str, tuple[str, ...]] = {
-    "discovery": ("tests/test_discovery.py", "tests/test_registration.py", "tests/plugin/"),
-    "CLI": ("tests/test_launch.py", "tests/test_doctor.py", "tests/test_switches.py"),
-    "attention backend": ("tests/attention_backend/",),
+    "discovery": ("tests/test_discovery.py", "tests/test_registration.py", "tests/plugin/",
+                  "tests/test_install.py", "tests/test_footprint.py"),
+    "CLI": ("tests/test_launch.py", "tests/test_doctor.py", "tests/test_switches.py",
+            "tests/test_sglang.py", "tests/test_releases.py"),
+    "attention backend": ("tests/attention_backend/", "tests/test_rebind.py",
+                          "tests/test_ledger.py"),
     "buffer pool": ("tests/backend/",),
     "reduce-scatter": ("tests/fixes/test_reduce_scatter",),
-    "faults": ("tests/test_faults",),
+    "faults": ("tests/test_faults", "tests/test_doubles.py", "tests/test_benchmarks.py"),
 }
 
 

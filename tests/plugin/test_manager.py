@@ -158,13 +158,37 @@ def test_duplicate_fix_names_are_reported_and_the_first_one_kept(
     assert names.count("dup") == 1
     assert names.count(BUILTIN_NAMES[0]) == 1
     assert next(s for s in sources if s.name == BUILTIN_NAMES[0]).entry_point is None
-    details = sorted(p.detail for p in problems if p.name in ("dup", BUILTIN_NAMES[0]))
-    assert len(details) == 2
-    assert any("already taken by built-in" in d for d in details)
-    assert any("(from dup-two)" in d and "already taken by dup_one (from dup-one)" in d
-               for d in details)
+    reported = {p.name: p for p in problems}
+    assert set(reported) >= {"dup (duplicate)", f"{BUILTIN_NAMES[0]} (duplicate)"}
+    assert "already taken by built-in" in reported[f"{BUILTIN_NAMES[0]} (duplicate)"].detail
+    dup = reported["dup (duplicate)"].detail
+    assert "(from dup-two)" in dup
+    assert "already taken by dup_one (from dup-one)" in dup
     for problem in problems:
         assert problem.state is FixState.FAILED
+    # the names that were kept still apply: the built-in fix and the first "dup"
+    kept = [s for s in sources if s.name in ("dup", BUILTIN_NAMES[0])]
+    statuses = _statuses(PluginManager(kept, problems=problems))
+    assert statuses["dup"].state is FixState.APPLIED
+    assert statuses[BUILTIN_NAMES[0]].state is not FixState.FAILED
+    assert statuses["dup (duplicate)"].state is FixState.FAILED
+    sys.modules.pop("dup_one", None)
+
+
+def test_a_later_report_is_always_filed_under_the_fixs_own_name() -> None:
+    from sglang_aiter_plugin.plugin.manager import _call_fix
+
+    reported: list[FixStatus] = []
+
+    def fix(context: FixContext) -> FixStatus:
+        context.report(FixStatus("attention-backend", FixState.APPLIED, "not mine to say"))
+        return FixStatus("whatever", FixState.PENDING, "waiting", waiting_for=("m",))
+
+    context = FixContext(plugin_version="t", sglang_version=None, report=reported.append)
+    status = _call_fix("third", fix, context)
+    assert [r.name for r in reported] == ["third"]
+    assert status.name == "third"
+    assert status.waiting_for == ("m",)
 
 
 @pytest.mark.usefixtures("modules")

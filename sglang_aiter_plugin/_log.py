@@ -1,4 +1,4 @@
-"""The plugin's log lines: through the application's logging, or stderr before there is any."""
+"""The plugin's few log lines: through the application's handlers, or stderr until it has any."""
 
 from __future__ import annotations
 
@@ -13,15 +13,21 @@ _FALLBACK.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(name)s: 
 
 
 def log(level: int, msg: str, *args: object) -> None:
-    """Log through the application's logging; until it has any, straight to stderr.
+    """One of the plugin's few lines (start-up, the fold, a fix's final outcome), always shown.
 
-    sglang configures logging only after plugins load, so at that moment nothing would print the
-    plugin's INFO line. Then, and only then, the record goes to a private stderr handler. The
-    plugin never sets a level or adds a handler: once the application configures logging, its
-    levels and handlers decide.
+    sglang configures logging only after plugins load: until then its root logger says WARNING
+    (or has no handler at all), and an INFO line would vanish. So a line the level would drop
+    is handed to the application's handlers anyway (or, with none, to stderr), unless someone
+    set this logger's own level: ``logging.getLogger("sglang_aiter_plugin").setLevel(...)``
+    silences it. Nothing is changed: no level set, no handler added, records still propagate.
     """
-    if logging.getLogger().handlers or logger.handlers:
+    if logger.isEnabledFor(level):
         logger.log(level, msg, *args)
         return
+    if logger.level != logging.NOTSET:
+        return  # the plugin's logger was configured explicitly: respect it
     record = logger.makeRecord(logger.name, level, __file__, 0, msg, args, None)
-    _FALLBACK.handle(record)
+    if logging.getLogger().handlers or logger.handlers:
+        logger.handle(record)  # handlers and filters decide; the level check is what is skipped
+    else:
+        _FALLBACK.handle(record)

@@ -21,13 +21,10 @@ def log(level: int, msg: str, *args: object) -> None:
     set this logger's own level: ``logging.getLogger("sglang_aiter_plugin").setLevel(...)``
     silences it. Nothing is changed: no level set, no handler added, records still propagate.
     """
-    if logger.isEnabledFor(level):
-        logger.log(level, msg, *args)
-        return
-    if logger.level != logging.NOTSET:
+    if logger.level != logging.NOTSET and not logger.isEnabledFor(level):
         return  # the plugin's logger was configured explicitly: respect it
     record = logger.makeRecord(logger.name, level, __file__, 0, msg, args, None)
     if logging.getLogger().handlers or logger.handlers:
-        logger.handle(record)  # handlers and filters decide; the level check is what is skipped
+        logger.handle(record)  # handlers and filters decide; only the level check is skipped
     else:
         _FALLBACK.handle(record)

@@ -15,6 +15,9 @@ class FixState(str, enum.Enum):
     """The fix is installed (or will be when sglang applies its registered hooks)."""
     NOT_NEEDED = "not needed"
     """Upstream already behaves correctly here; nothing was installed."""
+    PENDING = "pending"
+    """Decided later in this process, when sglang imports the module the fix probes; nothing
+    is installed until then, and the decision is logged when it is made."""
     SKIPPED = "skipped"
     """The fix does not apply to this sglang or platform (e.g. the patched method is absent)."""
     DISABLED = "disabled"

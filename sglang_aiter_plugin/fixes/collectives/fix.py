@@ -1,0 +1,204 @@
+"""The decision every collective fix makes, and where it installs: shared by the fix modules.
+
+For one collective (:class:`Collective`: its ``GroupCoordinator`` methods, the parameters the
+wrappers were written for, how the probe calls each):
+
+1. not a HIP platform (sglang's ``is_hip()``): ``skipped``, nothing imported or installed;
+2. ``sglang.srt.distributed.parallel_state`` not imported yet: the decision waits for it (a
+   post-import step) and the status says ``pending``; every process that runs collectives
+   (launcher, engine, schedulers) has imported it before sglang loads plugins;
+3. a method missing or with other parameters: ``skipped``; a method that never calls aiter:
+   ``skipped``; the probe (:mod:`.probe`) finds nothing ignored: ``not needed``; otherwise the
+   wrappers are installed (:mod:`.install`) with the plan for the ignored switches: ``applied``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.version import Version
+
+from sglang_aiter_plugin._post_import import when_imported
+from sglang_aiter_plugin._status import FixState, FixStatus
+from sglang_aiter_plugin.fixes.collectives.hook import Hook
+from sglang_aiter_plugin.fixes.collectives.install import install
+from sglang_aiter_plugin.fixes.collectives.probe import (
+    Invoke,
+    NotAiterPath,
+    ProbeError,
+    ProbeResult,
+    parameters,
+    probe,
+)
+from sglang_aiter_plugin.fixes.collectives.switches import Switch, plan_for
+
+__all__ = ["PARALLEL_STATE", "Collective", "Decision", "Method", "apply", "decide", "is_hip_platform",
+           "on_rocm", "record_settled", "settled"]
+
+PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
+logger = logging.getLogger("sglang_aiter_plugin")
+
+Wrap = Callable[[Callable[..., Any], Hook], Callable[..., Any]]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One ``GroupCoordinator`` method a collective fix wraps."""
+
+    name: str
+    signatures: tuple[tuple[str, ...], ...]
+    """Parameter lists the wrapper was written for (one per release family)."""
+    invoke: Invoke
+    wrap: Wrap
+    optional: bool = False
+    """Missing in some releases without making the fix ``skipped`` (it wraps the others)."""
+
+
+@dataclass(frozen=True)
+class Collective:
+    fix: str
+    """The fix's name (``SGLANG_AITER_EXT_DISABLE``, the log line, ``doctor``)."""
+    title: str
+    methods: tuple[Method, ...]
+    hook: Hook
+    how: str
+    """What the installed wrapper does, for the ``applied`` status."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A fix's status, and the methods to wrap with what their probe found."""
+
+    status: FixStatus
+    install: tuple[tuple[Method, ProbeResult], ...] = ()
+
+    @property
+    def ignored(self) -> tuple[Switch, ...]:
+        """The switches the installed sglang ignores (empty unless ``applied``)."""
+        return self.install[0][1].ignored if self.install else ()
+
+
+_settled: dict[str, FixStatus] = {}
+
+
+def settled() -> dict[str, FixStatus]:
+    """The statuses of fixes whose decision waited for ``parallel_state``, once decided."""
+    return dict(_settled)
+
+
+def record_settled(status: FixStatus) -> None:
+    """Keep and log a decision that waited for ``parallel_state``."""
+    _settled[status.name] = status
+    logger.info("sglang-aiter-plugin: %s", status)
+
+
+def is_hip_platform() -> bool:
+    """sglang's own answer (``sglang.srt.utils.is_hip``), asked the way sglang asks it."""
+    utils = importlib.import_module("sglang.srt.utils")
+    return bool(utils.is_hip())
+
+
+def _where(version: Version | None) -> str:
+    return f"sglang {version}" if version is not None else "this sglang"
+
+
+def decide(collective: Collective, cls: type, version: Version | None) -> Decision:
+    """Probe ``collective``'s methods on ``cls`` (nothing is installed)."""
+    where = _where(version)
+    found: list[tuple[Method, ProbeResult]] = []
+    absent: list[str] = []
+    for method in collective.methods:
+        qualname = f"GroupCoordinator.{method.name}"
+        if method.name not in vars(cls):
+            if method.optional:
+                absent.append(qualname)
+                continue
+            return Decision(FixStatus(collective.fix, FixState.SKIPPED,
+                                       f"{where} has no {qualname}: no AITER {collective.title} "
+                                       "path to fix"))
+        params = parameters(cls, method.name)
+        if params not in method.signatures:
+            known = " or ".join(f"({', '.join(s)})" for s in method.signatures)
+            return Decision(FixStatus(collective.fix, FixState.SKIPPED,
+                                       f"{where} changed {qualname} to ({', '.join(params)}); the "
+                                       f"fix knows {known}, so it leaves sglang unchanged"))
+        try:
+            result = probe(cls, method.name, method.invoke)
+        except NotAiterPath as exc:
+            return Decision(FixStatus(collective.fix, FixState.SKIPPED,
+                                       f"{where}'s {qualname} never calls aiter's communicator "
+                                       f"(it takes {exc}): no AITER {collective.title} path"))
+        except ProbeError as exc:
+            return Decision(FixStatus(collective.fix, FixState.FAILED,
+                                       f"{exc}; sglang unchanged, please report this sglang "
+                                       "release"))
+        found.append((method, result))
+    names = " and ".join(f"GroupCoordinator.{m.name}" for m, _ in found)
+    note = f" ({', '.join(absent)}: not in {where})" if absent else ""
+    needed = [(m, r) for m, r in found if r.ignored]
+    if not needed:
+        honoured = ", ".join(str(s) for s in found[0][1].honoured) if found else "-"
+        verb = "captures" if len(found) == 1 else "capture"
+        return Decision(FixStatus(collective.fix, FixState.NOT_NEEDED,
+                                   f"{where}'s {names} already {verb} unregistered under: "
+                                   f"{honoured}{note}"))
+    ignored = ", ".join(str(s) for s in needed[0][1].ignored)
+    honoured = ", ".join(str(s) for s in needed[0][1].honoured) or "none"
+    registers = "registers" if len(found) == 1 else "register"
+    return Decision(
+        FixStatus(collective.fix, FixState.APPLIED,
+                  f"{where}'s {names} {registers} during capture despite {ignored}; "
+                  f"{collective.how}; sglang itself honours: {honoured}{note}"),
+        install=tuple(needed),
+    )
+
+
+def _wrapped(method: Method, hook: Hook, original: Callable[..., Any]) -> Callable[..., Any]:
+    return method.wrap(original, hook)
+
+
+def _decide_and_install(collective: Collective, parallel_state: Any,
+                        version: Version | None) -> FixStatus:
+    cls = parallel_state.GroupCoordinator
+    decision = decide(collective, cls, version)
+    if decision.install:
+        collective.hook.plan = plan_for(decision.ignored, parallel_state.envs)
+        for method, _ in decision.install:
+            install(cls, method.name, functools.partial(_wrapped, method, collective.hook),
+                    collective.fix)
+    return decision.status
+
+
+def on_rocm(name: str, title: str, version: Version | None,
+            decide_now: Callable[[Any], FixStatus]) -> FixStatus:
+    """Steps 1-2 of the module docstring; ``decide_now(parallel_state)`` does step 3."""
+    if version is None:
+        return FixStatus(name, FixState.SKIPPED, "sglang is not installed")
+    if not is_hip_platform():
+        return FixStatus(name, FixState.SKIPPED,
+                         f"not a ROCm (HIP) platform: sglang never takes an AITER {title} here; "
+                         "nothing installed")
+    parallel_state = sys.modules.get(PARALLEL_STATE)
+    if parallel_state is not None:
+        return decide_now(parallel_state)
+
+    def later(module: Any) -> None:
+        record_settled(decide_now(module))
+
+    if when_imported(PARALLEL_STATE, later):  # imported meanwhile: decided now
+        return _settled[name]
+    return FixStatus(name, FixState.PENDING,
+                     f"decided when sglang imports {PARALLEL_STATE} (not imported yet in this "
+                     "process; every process that runs collectives imports it first)")
+
+
+def apply(collective: Collective, version: Version | None) -> FixStatus:
+    """A collective fix's ``aiter_ext_apply_fix``: see the module docstring."""
+    return on_rocm(collective.fix, collective.title, version,
+                   lambda module: _decide_and_install(collective, module, version))

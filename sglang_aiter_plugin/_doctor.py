@@ -155,9 +155,20 @@ def _check_discovery(report: Report) -> None:
         report.add("discovery", FAIL, "entry point found but sglang failed to load it")
 
 
+def _import_parallel_state() -> None:
+    """As in every process that runs collectives: the collective fixes then decide at once."""
+    import importlib
+
+    try:
+        importlib.import_module("sglang.srt.distributed.parallel_state")
+    except Exception:  # no sglang, or a broken one: the fixes report it themselves
+        pass
+
+
 def _check_fixes(report: Report) -> None:
     from sglang_aiter_plugin._registration import run_fixes
 
+    _import_parallel_state()
     switches, statuses = run_fixes()
     for problem in switches.problems:
         report.add("switches", FAIL, problem)

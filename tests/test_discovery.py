@@ -41,12 +41,13 @@ def test_sglang_load_plugins_discovers_and_runs_the_plugin() -> None:
     assert data["factory"] == "sglang_aiter_plugin.selection.factories"
     assert data["aiter_wraps"] == "sglang.srt.layers.attention.attention_registry"
     names = [s["name"] for s in data["statuses"]]
-    assert names[:2] == ["attention-backend", "reduce-scatter-tms"]
+    assert names[:5] == ["attention-backend", "capture-all-reduce", "capture-all-gather",
+                         "capture-reduce-scatter", "capture-fused-ar-rmsnorm"]
     assert data["statuses"][0]["state"] == "applied"
     # the one log line: plugin version, sglang version and every fix's outcome
     line = next(ln for ln in result.stderr.splitlines() if "sglang-aiter-plugin 0" in ln)
     assert "on sglang " in line and "attention-backend=applied" in line
-    assert "reduce-scatter-tms=" in line
+    assert "capture-fused-ar-rmsnorm=skipped (not a ROCm (HIP) platform" in line
 
 
 SPAWN = """

@@ -38,7 +38,8 @@ class RaisingFix:
 def test_builtin_fixes_come_first_in_a_fixed_order() -> None:
     pm = PluginManager(load_entrypoints=False)
     pm.register_fix("third", RecordingFix())
-    assert pm.fix_names() == ["attention-backend", "reduce-scatter-tms", "third"]
+    assert pm.fix_names() == ["attention-backend", "capture-all-reduce", "capture-all-gather",
+                              "capture-reduce-scatter", "capture-fused-ar-rmsnorm", "third"]
 
 
 def test_a_raising_fix_fails_alone_and_status_uses_the_plugin_name() -> None:

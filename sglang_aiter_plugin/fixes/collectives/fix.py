@@ -38,8 +38,8 @@ from sglang_aiter_plugin.fixes.collectives.probe import (
 )
 from sglang_aiter_plugin.fixes.collectives.switches import Switch, plan_for
 
-__all__ = ["PARALLEL_STATE", "Collective", "Decision", "Method", "apply", "decide", "is_hip_platform",
-           "on_rocm", "record_settled", "settled"]
+__all__ = ["PARALLEL_STATE", "Collective", "Decision", "Method", "apply", "decide",
+           "is_hip_platform", "on_rocm", "record_settled", "settled"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
 logger = logging.getLogger("sglang_aiter_plugin")

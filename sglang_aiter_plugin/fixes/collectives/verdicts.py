@@ -37,7 +37,7 @@ class Verdict:
     def short(self) -> str:
         """A table cell: ``applied (TMS, copy-in, flag)``, ``not needed``, ``skipped``."""
         if self.status.state is not FixState.APPLIED:
-            return self.status.state.value
+            return str(self.status.state)
         return f"applied ({', '.join(LABELS[s] for s in self.ignored)})"
 
 

@@ -19,7 +19,6 @@ branches run unchanged:
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -82,8 +81,12 @@ class UnregisteredReduceScatter(_CommunicatorView):
 
     def _replacement(self, name: str) -> Callable[..., Any] | None:
         if name == "reduce_scatter":
-            return functools.partial(self._comm.reduce_scatter, registered=False)
+            return self._reduce_scatter
         return None
+
+    def _reduce_scatter(self, inp: Any, out: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs["registered"] = False
+        return self._comm.reduce_scatter(inp, out, *args, **kwargs)
 
 
 class UnregisteredAllGather(_CommunicatorView):

@@ -155,20 +155,22 @@ def _check_discovery(report: Report) -> None:
         report.add("discovery", FAIL, "entry point found but sglang failed to load it")
 
 
-def _import_parallel_state() -> None:
-    """As in every process that runs collectives: the collective fixes then decide at once."""
+def _import_collective_modules() -> None:
+    """As in a process that runs collectives: the collective fixes then decide at once."""
     import importlib
 
-    try:
-        importlib.import_module("sglang.srt.distributed.parallel_state")
-    except Exception:  # no sglang, or a broken one: the fixes report it themselves
-        pass
+    for module in ("sglang.srt.distributed.parallel_state",
+                   "sglang.srt.distributed.device_communicators.custom_all_reduce"):
+        try:
+            importlib.import_module(module)
+        except Exception:  # no sglang, or a broken one: the fixes report it themselves
+            return
 
 
 def _check_fixes(report: Report) -> None:
     from sglang_aiter_plugin._registration import run_fixes
 
-    _import_parallel_state()
+    _import_collective_modules()
     switches, statuses = run_fixes()
     for problem in switches.problems:
         report.add("switches", FAIL, problem)

@@ -25,6 +25,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
+if __package__ in (None, ""):  # `python tests/compat/matrix.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.compat.collectives import COLUMNS, collective_verdicts
+
 ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = ROOT / "tests" / "compat"
 SUPPORTED = [f"0.5.{n}" for n in range(11, 24)]
@@ -36,7 +40,7 @@ AREAS: dict[str, tuple[str, ...]] = {
             "tests/test_doctor.py", "tests/test_switches.py"),
     "parity": ("tests/fixes/test_parity",),
     "buffer pool": ("tests/backend/",),
-    "reduce-scatter": ("tests/fixes/test_reduce_scatter",),
+    "collectives": ("tests/fixes/collectives/",),
     "faults": ("tests/test_faults",),
 }
 
@@ -49,17 +53,6 @@ def _run_release(version: str, junit: Path, tests: list[str]) -> tuple[int, floa
     tail = "\n".join(proc.stdout.splitlines()[-3:])
     print(f"  sglang {version}: exit {proc.returncode}; {tail.strip()}", flush=True)
     return proc.returncode, time.monotonic() - start
-
-
-def _verdict(version: str) -> str:
-    cmd = ["bash", str(ROOT / "tools" / "with-sglang"), version, sys.executable, "-m",
-           "sglang_aiter_plugin", "doctor", "--json"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    try:
-        checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
-        return str(checks["fix reduce-scatter-tms"]["summary"]).split(":")[0]
-    except Exception:
-        return "doctor failed"
 
 
 def _cases(junit: Path) -> list[tuple[str, str]]:
@@ -108,7 +101,7 @@ def _newer_on_pypi() -> list[str]:
 
 
 def _write(rows: list[dict[str, str]], newer: list[str], commands: list[str]) -> None:
-    cols = ["release", *AREAS, "reduce-scatter verdict", "suite", "minutes", "commit"]
+    cols = ["release", *AREAS, *COLUMNS.values(), "suite", "minutes", "commit"]
     lines = [
         "# Compatibility matrix",
         "",
@@ -117,7 +110,9 @@ def _write(rows: list[dict[str, str]], newer: list[str], commands: list[str]) ->
         + "; then ".join(f"`{c}`" for c in commands) + ". Each row names the commit it ran.",
         "`pass (n)`: n tests ran and passed (expected failures that document upstream gaps count",
         "as run); `n/a (skipped)`: every test of the area skipped because the release lacks the",
-        "path (e.g. no `_maybe_aiter_reduce_scatter` before 0.5.15).",
+        "path (e.g. no `_maybe_aiter_reduce_scatter` before 0.5.15). Verdict columns: what a",
+        "ROCm process with that release reports for each collective (`applied (...)`: the",
+        "switches the plugin adds there; `skipped`: no AITER path for that collective).",
         "",
         "| " + " | ".join(cols) + " |",
         "| " + " | ".join("---" for _ in cols) + " |",
@@ -162,7 +157,7 @@ def _test_release(version: str, reports: Path, tests: list[str],
         cell = _cell(cases, prefixes)
         if cell != "no tests" or tests == ["tests"] or area not in row:
             row[area] = cell
-    row["reduce-scatter verdict"] = _verdict(version)
+    row.update(collective_verdicts(version))
     whole = tests == ["tests"]
     row["suite"] = "pass" if all(not str(row[a]).startswith("FAIL") for a in AREAS) and (
         code == 0 or not whole) else "FAIL"

@@ -19,7 +19,6 @@ Nothing runs: no kernel, no process group. The gates sglang consults first (``di
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["AiterCall", "CaptureCommunicator"]
@@ -27,12 +26,14 @@ __all__ = ["AiterCall", "CaptureCommunicator"]
 WORLD_SIZE = 2
 
 
-@dataclass(frozen=True)
 class AiterCall:
     """One call sglang made on the communicator, and whether it registers during capture."""
 
-    method: str
-    registered: bool
+    __slots__ = ("method", "registered")
+
+    def __init__(self, method: str, registered: bool) -> None:
+        self.method = method
+        self.registered = registered
 
 
 class CaptureCommunicator:

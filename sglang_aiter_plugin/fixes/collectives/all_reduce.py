@@ -17,7 +17,9 @@ Why:
     all-gather and reduce-scatter staging only (its own comment in ``parallel_state``); sglang
     defines no copy-in for all-reduce, so the probe does not ask for one.
 How:
-    Three probes under a simulated ROCm capture (:mod:`.simulation`), nothing installed:
+    Three probes under a simulated ROCm capture (:mod:`.simulation`), nothing installed, when
+    sglang imports ``custom_all_reduce`` (it does so when it builds its first group
+    coordinator, before any capture; importing it at plugin load would cost ~3 ms):
     ``not needed`` when TMS and the communicator flag are both honoured; ``failed`` (with the
     switch named) if a release stops honouring one, since the plugin has no all-reduce wrapper.
 Upstream PR:
@@ -38,7 +40,7 @@ from typing import Any
 from packaging.version import Version
 
 from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin.fixes.collectives.fix import on_rocm
+from sglang_aiter_plugin.fixes.collectives.fix import PARALLEL_STATE, on_rocm
 from sglang_aiter_plugin.fixes.collectives.probe import (
     NotAiterPath,
     ProbeError,
@@ -142,8 +144,8 @@ def decide(coordinator: type, car: Any, version: Version | None) -> FixStatus:
 def aiter_ext_apply_fix(context: FixContext) -> FixStatus:
     version = context.sglang_version
 
-    def decide_now(parallel_state: Any) -> FixStatus:
-        car = importlib.import_module(CUSTOM_ALL_REDUCE)
+    def decide_now(car: Any) -> FixStatus:
+        parallel_state = importlib.import_module(PARALLEL_STATE)
         return decide(parallel_state.GroupCoordinator, car, version)
 
-    return on_rocm(NAME, "all-reduce", version, decide_now)
+    return on_rocm(NAME, "all-reduce", version, decide_now, module=CUSTOM_ALL_REDUCE)

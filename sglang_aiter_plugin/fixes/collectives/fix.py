@@ -5,8 +5,9 @@ wrappers were written for, how the probe calls each):
 
 1. not a HIP platform (sglang's ``is_hip()``): ``skipped``, nothing imported or installed;
 2. ``sglang.srt.distributed.parallel_state`` not imported yet: the decision waits for it (a
-   post-import step) and the status says ``pending``; every process that runs collectives
-   (launcher, engine, schedulers) has imported it before sglang loads plugins;
+   post-import step), the status says ``pending`` and the decision is logged when made; every
+   process that runs collectives (launcher, engine, schedulers) has imported it before sglang
+   loads plugins (the all-reduce probe waits for ``custom_all_reduce`` instead);
 3. a method missing or with other parameters: ``skipped``; a method that never calls aiter:
    ``skipped``; the probe (:mod:`.probe`) finds nothing ignored: ``not needed``; otherwise the
    wrappers are installed (:mod:`.install`) with the plan for the ignored switches: ``applied``.
@@ -19,7 +20,6 @@ import importlib
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from packaging.version import Version
@@ -47,36 +47,52 @@ logger = logging.getLogger("sglang_aiter_plugin")
 Wrap = Callable[[Callable[..., Any], Hook], Callable[..., Any]]
 
 
-@dataclass(frozen=True)
+# Plain classes, not dataclasses: these modules load in every ROCm process at start-up.
+
+
 class Method:
-    """One ``GroupCoordinator`` method a collective fix wraps."""
+    """One ``GroupCoordinator`` method a collective fix wraps.
 
-    name: str
-    signatures: tuple[tuple[str, ...], ...]
-    """Parameter lists the wrapper was written for (one per release family)."""
-    invoke: Invoke
-    wrap: Wrap
-    optional: bool = False
-    """Missing in some releases without making the fix ``skipped`` (it wraps the others)."""
+    ``signatures``: the parameter lists the wrapper was written for; ``invoke``: how the probe
+    calls it; ``wrap``: builds the wrapper; ``optional``: missing in some releases without
+    making the fix ``skipped`` (it wraps the others).
+    """
+
+    __slots__ = ("invoke", "name", "optional", "signatures", "wrap")
+
+    def __init__(self, name: str, signatures: tuple[tuple[str, ...], ...], invoke: Invoke,
+                 wrap: Wrap, optional: bool = False) -> None:
+        self.name = name
+        self.signatures = signatures
+        self.invoke = invoke
+        self.wrap = wrap
+        self.optional = optional
 
 
-@dataclass(frozen=True)
 class Collective:
-    fix: str
-    """The fix's name (``SGLANG_AITER_EXT_DISABLE``, the log line, ``doctor``)."""
-    title: str
-    methods: tuple[Method, ...]
-    hook: Hook
-    how: str
-    """What the installed wrapper does, for the ``applied`` status."""
+    """One collective fix: its name (switches, log line, ``doctor``), title, methods, hook, and
+    ``how``, what the installed wrapper does (for the ``applied`` status)."""
+
+    __slots__ = ("fix", "hook", "how", "methods", "title")
+
+    def __init__(self, fix: str, title: str, methods: tuple[Method, ...], hook: Hook,
+                 how: str) -> None:
+        self.fix = fix
+        self.title = title
+        self.methods = methods
+        self.hook = hook
+        self.how = how
 
 
-@dataclass(frozen=True)
 class Decision:
     """A fix's status, and the methods to wrap with what their probe found."""
 
-    status: FixStatus
-    install: tuple[tuple[Method, ProbeResult], ...] = ()
+    __slots__ = ("install", "status")
+
+    def __init__(self, status: FixStatus,
+                 install: tuple[tuple[Method, ProbeResult], ...] = ()) -> None:
+        self.status = status
+        self.install = install
 
     @property
     def ignored(self) -> tuple[Switch, ...]:
@@ -176,26 +192,29 @@ def _decide_and_install(collective: Collective, parallel_state: Any,
 
 
 def on_rocm(name: str, title: str, version: Version | None,
-            decide_now: Callable[[Any], FixStatus]) -> FixStatus:
-    """Steps 1-2 of the module docstring; ``decide_now(parallel_state)`` does step 3."""
+            decide_now: Callable[[Any], FixStatus], module: str = PARALLEL_STATE) -> FixStatus:
+    """Steps 1-2 of the module docstring; ``decide_now(module)`` does step 3.
+
+    ``module``: the sglang module the decision waits for (``parallel_state`` unless given).
+    """
     if version is None:
         return FixStatus(name, FixState.SKIPPED, "sglang is not installed")
     if not is_hip_platform():
         return FixStatus(name, FixState.SKIPPED,
                          f"not a ROCm (HIP) platform: sglang never takes an AITER {title} here; "
                          "nothing installed")
-    parallel_state = sys.modules.get(PARALLEL_STATE)
-    if parallel_state is not None:
-        return decide_now(parallel_state)
+    imported = sys.modules.get(module)
+    if imported is not None:
+        return decide_now(imported)
 
-    def later(module: Any) -> None:
-        record_settled(decide_now(module))
+    def later(loaded: Any) -> None:
+        record_settled(decide_now(loaded))
 
-    if when_imported(PARALLEL_STATE, later):  # imported meanwhile: decided now
+    if when_imported(module, later):  # imported meanwhile: decided now
         return _settled[name]
     return FixStatus(name, FixState.PENDING,
-                     f"decided when sglang imports {PARALLEL_STATE} (not imported yet in this "
-                     "process; every process that runs collectives imports it first)")
+                     f"decided when sglang imports {module} (not imported yet in this process; "
+                     "every process that runs collectives imports it first)")
 
 
 def apply(collective: Collective, version: Version | None) -> FixStatus:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from sglang_aiter_plugin.fixes.collectives.aiter_model import AiterCall, CaptureCommunicator
@@ -34,14 +33,19 @@ class ProbeError(RuntimeError):
     """The installed method did not behave like any release the probe understands."""
 
 
-@dataclass(frozen=True)
 class ProbeResult:
-    """Whether the capture registers, with no switch on (``baseline``) and under each switch."""
+    """Whether the capture registers, with no switch on (``baseline``) and under each switch.
 
-    baseline: bool
-    under: Mapping[Switch, bool]
-    methods: tuple[str, ...] = ()
-    """The communicator methods sglang called, in probe order (for the status's reason)."""
+    ``methods``: the communicator methods sglang called, in probe order (for the status).
+    """
+
+    __slots__ = ("baseline", "methods", "under")
+
+    def __init__(self, baseline: bool, under: Mapping[Switch, bool],
+                 methods: tuple[str, ...] = ()) -> None:
+        self.baseline = baseline
+        self.under = under
+        self.methods = methods
 
     @property
     def ignored(self) -> tuple[Switch, ...]:

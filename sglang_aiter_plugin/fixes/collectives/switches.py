@@ -18,7 +18,6 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["COPY_IN_ENV", "TMS_ENV", "Plan", "Switch", "plan_for"]
@@ -38,16 +37,23 @@ class Switch(str, enum.Enum):
         return self.value
 
 
-@dataclass(frozen=True)
 class Plan:
-    """What a hook checks during a stream capture: only the switches sglang ignores."""
+    """What a hook checks during a stream capture: only the switches sglang ignores.
 
-    ignored: tuple[Switch, ...]
-    copy_in: bool = False
-    """``SGLANG_AITER_CAPTURE_COPY_IN=1`` at start-up, and sglang ignores it."""
-    tms_switch: Any = None
-    """sglang's ``envs.SGLANG_MEMORY_SAVER_CUDA_GRAPH`` when sglang ignores it, else ``None``."""
-    honour_comm_flag: bool = False
+    ``copy_in``: ``SGLANG_AITER_CAPTURE_COPY_IN=1`` at start-up, and sglang ignores it;
+    ``tms_switch``: sglang's ``envs.SGLANG_MEMORY_SAVER_CUDA_GRAPH`` when sglang ignores it,
+    else ``None``; ``honour_comm_flag``: sglang ignores the communicator's flag. (A plain class:
+    it is built at start-up in every ROCm process, where a dataclass costs its creation time.)
+    """
+
+    __slots__ = ("copy_in", "honour_comm_flag", "ignored", "tms_switch")
+
+    def __init__(self, ignored: tuple[Switch, ...], copy_in: bool = False,
+                 tms_switch: Any = None, honour_comm_flag: bool = False) -> None:
+        self.ignored = ignored
+        self.copy_in = copy_in
+        self.tms_switch = tms_switch
+        self.honour_comm_flag = honour_comm_flag
 
     def unregistered(self, communicator: Any) -> bool:
         """Whether this capture must not register the caller's tensors."""

@@ -88,7 +88,9 @@ from sglang.srt.plugins import load_plugins
 load_plugins()
 before = state()
 from sglang.srt.distributed import parallel_state
-print("RESULT " + json.dumps({"before": before, "after": state()}))
+after_ps = state()
+from sglang.srt.distributed.device_communicators import custom_all_reduce
+print("RESULT " + json.dumps({"before": before, "after_ps": after_ps, "after": state()}))
 """
     result = run_python(code)
     data = result.data
@@ -96,7 +98,10 @@ print("RESULT " + json.dumps({"before": before, "after": state()}))
     for fix in FIXES:
         state, detail = data["before"]["statuses"][fix]
         assert state == "pending"
-        assert "decided when sglang imports sglang.srt.distributed.parallel_state" in detail
+        waits_for = ("sglang.srt.distributed.device_communicators.custom_all_reduce"
+                     if fix == "capture-all-reduce" else "sglang.srt.distributed.parallel_state")
+        assert f"decided when sglang imports {waits_for} (" in detail
+    assert sorted(data["after_ps"]["settled"]) == sorted(FIXES[1:])
     settled = data["after"]["settled"]
     assert sorted(settled) == sorted(FIXES)
     assert settled["capture-all-reduce"][0] == "not needed"

@@ -324,6 +324,22 @@ def _spawn(mode: str, alloc: str, copy_in: bool, world: int, port: int) -> tuple
     return results, statuses, failed
 
 
+def _summary(results: list[dict[str, Any]], copy_in: bool) -> str:
+    """Registering captures and failed IPC exports, by variant and by whether a switch is on."""
+    def switch(r: dict[str, Any]) -> bool:
+        return bool(r["tms"] or copy_in or r["flag"] == "flag off")
+
+    parts = []
+    for variant in ("wrapped", "unwrapped"):
+        for on in (True, False):
+            rows = [r for r in results if r["variant"] == variant and switch(r) is on]
+            registering = [r for r in rows if r["ipc_export_rc"]]
+            failing = [r for r in registering if any(r["ipc_export_rc"])]
+            parts.append(f"{variant}, {'a switch on' if on else 'no switch on'}: "
+                         f"{len(registering)} of {len(rows)} register, {len(failing)} export fails")
+    return "; ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -343,16 +359,13 @@ def main(argv: list[str] | None = None) -> int:
               f"SGLANG_AITER_CAPTURE_COPY_IN={int(copy_in)}")
         for status in statuses[:1]:
             print(f"   {status}")
-        exported = [r for r in results if r["ipc_export_rc"]]
         for r in results:
             failed += not r["ok"]
             print(f"   rank {r['rank']} {r['method']:<40} {r['variant']:<9} {r['kind']:<21} "
                   f"TMS={int(r['tms'])} {r['flag']:<12} captured={r['captured']} "
                   f"eager={r['eager']} replay err={r['replay_max_err']:.1e} "
                   f"IPC rc={r['ipc_export_rc']} -> {'ok' if r['ok'] else 'FAIL'}")
-        failing = [r for r in exported if any(r["ipc_export_rc"])]
-        print(f"   captures that register: {len(exported)} of {len(results)}; export fails: "
-              f"{len(failing)} ({sum(r['variant'] == 'wrapped' for r in failing)} wrapped)")
+        print("   " + _summary(results, copy_in))
     print(f"\n{'all cases ok' if not failed else f'{failed} case(s) failed'}")
     return 1 if failed else 0
 

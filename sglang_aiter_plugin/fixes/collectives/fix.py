@@ -19,6 +19,7 @@ import functools
 import importlib
 import logging
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,7 @@ from packaging.version import Version
 from sglang_aiter_plugin._post_import import when_imported
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.fixes.collectives.hook import Hook
-from sglang_aiter_plugin.fixes.collectives.install import install
+from sglang_aiter_plugin.fixes.collectives.install import install, is_installed
 from sglang_aiter_plugin.fixes.collectives.probe import (
     Invoke,
     NotAiterPath,
@@ -96,8 +97,13 @@ class Decision:
 
     @property
     def ignored(self) -> tuple[Switch, ...]:
-        """The switches the installed sglang ignores (empty unless ``applied``)."""
-        return self.install[0][1].ignored if self.install else ()
+        """The switches one of the wrapped methods ignores (empty unless ``applied``).
+
+        One plan serves all of a collective's methods; a switch a method already honours is
+        harmless to add (sglang goes unregistered there anyway).
+        """
+        found = {s for _, result in self.install for s in result.ignored}
+        return tuple(s for s in Switch if s in found)
 
 
 _settled: dict[str, FixStatus] = {}
@@ -157,21 +163,22 @@ def decide(collective: Collective, cls: type, version: Version | None) -> Decisi
         found.append((method, result))
     names = " and ".join(f"GroupCoordinator.{m.name}" for m, _ in found)
     note = f" ({', '.join(absent)}: not in {where})" if absent else ""
-    needed = [(m, r) for m, r in found if r.ignored]
+    needed = tuple((m, r) for m, r in found if r.ignored)
     if not needed:
         honoured = ", ".join(str(s) for s in found[0][1].honoured) if found else "-"
         verb = "captures" if len(found) == 1 else "capture"
         return Decision(FixStatus(collective.fix, FixState.NOT_NEEDED,
                                    f"{where}'s {names} already {verb} unregistered under: "
                                    f"{honoured}{note}"))
-    ignored = ", ".join(str(s) for s in needed[0][1].ignored)
-    honoured = ", ".join(str(s) for s in needed[0][1].honoured) or "none"
+    unsafe = Decision(FixStatus(collective.fix, FixState.APPLIED), needed).ignored
+    ignored = ", ".join(str(s) for s in unsafe)
+    honoured = ", ".join(str(s) for s in Switch if s not in unsafe) or "none"
     registers = "registers" if len(found) == 1 else "register"
     return Decision(
         FixStatus(collective.fix, FixState.APPLIED,
                   f"{where}'s {names} {registers} during capture despite {ignored}; "
                   f"{collective.how}; sglang itself honours: {honoured}{note}"),
-        install=tuple(needed),
+        install=needed,
     )
 
 
@@ -183,6 +190,13 @@ def _decide_and_install(collective: Collective, parallel_state: Any,
                         version: Version | None) -> FixStatus:
     cls = parallel_state.GroupCoordinator
     decision = decide(collective, cls, version)
+    for method, _ in decision.install:  # all or nothing: check before wrapping any
+        if not isinstance(vars(cls)[method.name], types.FunctionType) and not is_installed(
+                cls, method.name):
+            return FixStatus(collective.fix, FixState.FAILED,
+                             f"GroupCoordinator.{method.name} is "
+                             f"{type(vars(cls)[method.name]).__name__}, not a function; sglang "
+                             "unchanged, please report this sglang release")
     if decision.install:
         collective.hook.plan = plan_for(decision.ignored, parallel_state.envs)
         for method, _ in decision.install:

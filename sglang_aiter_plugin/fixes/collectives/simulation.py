@@ -109,10 +109,27 @@ _SILENT = logging.Logger("sglang_aiter_plugin.probe")  # outside the logging tre
 _SILENT.disabled = True
 
 
+_made: dict[tuple[int, int, bool, bool], tuple[Any, Any, dict[str, Any]]] = {}
+
+
 def _overrides(fn: Callable[..., Any], *, tms: bool, copy_in: bool) -> dict[str, Any]:
+    """The fixed answers for ``fn``'s module; the same objects for the same module and switches,
+    so that :func:`~sglang_aiter_plugin._rebind.rebound` can reuse its copies."""
     import torch
 
-    envs = _EnvsView(fn.__globals__.get("envs"), {
+    real_envs = fn.__globals__.get("envs")
+    real_torch = fn.__globals__.get("torch", torch)
+    key = (id(real_envs), id(real_torch), tms, copy_in)
+    made = _made.get(key)
+    if made is not None and made[0] is real_envs and made[1] is real_torch:
+        return made[2]
+    names = _make(real_envs, real_torch, tms=tms, copy_in=copy_in)
+    _made[key] = (real_envs, real_torch, names)
+    return names
+
+
+def _make(real_envs: Any, real_torch: Any, *, tms: bool, copy_in: bool) -> dict[str, Any]:
+    envs = _EnvsView(real_envs, {
         TMS_ENV: tms,
         COPY_IN_ENV: copy_in,
         "SGLANG_DP_USE_REDUCE_SCATTER": True,
@@ -132,7 +149,7 @@ def _overrides(fn: Callable[..., Any], *, tms: bool, copy_in: bool) -> dict[str,
         "_use_amd_deterministic_impl": lambda: False,
         "get_bool_env_var": lambda name, default="false": name == "SGLANG_USE_AITER_AR",
         "envs": envs,
-        "torch": _TorchView(fn.__globals__.get("torch", torch)),
+        "torch": _TorchView(real_torch),
         "all_gather_single": _refuse("all_gather_single"),
         "logger": _SILENT,
         _COPY_IN_GLOBAL: copy_in,
@@ -148,8 +165,7 @@ def simulated(fn: Callable[..., Any], *, tms: bool, copy_in: bool,
     """
     names = _overrides(fn, tms=tms, copy_in=copy_in)
     if aiter_names:
-        names.update(aiter_names)
-        return rebound(fn, names, module=AITER_MODULE, strict=False)
+        return rebound(fn, {**names, **aiter_names}, module=AITER_MODULE, strict=False)
     return rebound(fn, names, strict=False)
 
 

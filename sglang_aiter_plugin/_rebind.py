@@ -44,10 +44,10 @@ class _ModuleView:
 def _importer(module: str, names: Mapping[str, Any]) -> Callable[..., Any]:
     real_import = builtins.__import__
 
-    def __import__(  # noqa: N807 - it stands in for the builtin of that name
+    def __import__(
         name: str,
-        globals: Mapping[str, Any] | None = None,  # noqa: A002
-        locals: Mapping[str, Any] | None = None,  # noqa: A002
+        globals: Mapping[str, Any] | None = None,
+        locals: Mapping[str, Any] | None = None,
         fromlist: tuple[str, ...] | list[str] | None = (),
         level: int = 0,
     ) -> Any:

@@ -72,23 +72,61 @@ def _startup(data: dict[str, Any], _: Path) -> list[str]:
     return lines
 
 
-def _reduce_scatter(data: dict[str, Any], _: Path) -> list[str]:
-    fix, future = data["fix"], data["not_needed_case"]
-    lines = [f"## reduce-scatter-tms hook, eager path, sglang {data['sglang']} (CPU)", "",
+def _collectives_overhead(data: dict[str, Any], _: Path) -> list[str]:
+    lines = [f"## Collective wrappers, eager path, sglang {data['sglang']} (CPU, as on ROCm)", "",
+             *header(data)]
+    lines += [f"- `{name}`: **{s['state']}** ({s['detail']})" for name, s in
+              data["statuses"].items()]
+    lines += ["", "| method | variant | ns per call |", "| --- | --- | --- |"]
+    for method, r in data["methods"].items():
+        lines += [f"| `{method}` | {k} | {fmt(v, 'ns', 0)} |" for k, v in r["ns_per_call"].items()]
+    lines += ["", "| method | wrapper layers | wrapped / do-nothing AROUND hook | wrapped / "
+              "sglang's method | noise (sglang's method timed twice) |",
+              "| --- | --- | --- | --- | --- |"]
+    for method, r in data["methods"].items():
+        floor = r["ratio_wrapped_vs_do_nothing_hook"]
+        lines.append(f"| `{method}` | {r['layers']} | **{floor:.3f}** | "
+                     f"{r['ratio_wrapped_vs_upstream']:.3f} | "
+                     f"{r['noise_ratio_upstream_twice']:.3f} |")
+    future = data["not_needed_case"]
+    lines += ["", "The do-nothing AROUND hook is sglang's own `HookRegistry` wrapper around a hook "
+              "that only calls the original: the floor of any hook registered through sglang.",
+              f"- Where every switch is honoured upstream (methods that do so swapped in): "
+              f"states {future.get('states')}, methods untouched: "
+              f"{future.get('methods_untouched')}.", ""]
+    return lines
+
+
+def _startup_rocm(data: dict[str, Any], _: Path) -> list[str]:
+    ms = data["ms"]
+    lines = ["## Start-up cost as on a ROCm host (every collective wrapper installed)", "",
              *header(data),
-             f"- Fix status: **{fix['state']}** ({fix['detail']}); "
-             f"wrapper layers: {fix['layers']}.",
-             "", "| variant | ns per call |", "| --- | --- |"]
-    lines += [f"| {k} | {fmt(v, 'ns', 0)} |" for k, v in data["ns_per_call"].items()]
+             "| variant | `load_plugins()` call | then `import parallel_state` |",
+             "| --- | --- | --- |"]
+    for key, series in ms.items():
+        lines.append(f"| {key} | {fmt(series['call_ms'], 'ms')} | "
+                     f"{fmt(series['ps_ms'], 'ms')} |")
+    walks = {k[5:]: v for k, v in ms["installed, launcher"].items() if k.startswith("walk ")}
+    walked = ", ".join(f"`{k}` {fmt(v, 'ms')}" for k, v in walks.items())
+    imports = data["collectives_import_ms"]
     lines += [
         "",
-        f"- Ratio hooked / upstream: **{data['ratio_hooked_vs_upstream']:.3f}**; hooked / "
-        f"do-nothing AROUND hook (sglang's own wrapper, the floor of any hook): "
-        f"**{data['ratio_hooked_vs_do_nothing_hook']:.3f}**; noise (upstream timed twice): "
-        f"{data['noise_ratio_upstream_twice']:.3f}.",
-        f"- Where the probe says `not needed` (a method that honours every switch swapped in): "
-        f"state `{future.get('state')}`, hooks registered: {future.get('hooks_registered')}, "
-        f"method untouched: {future.get('method_is_untouched')}.",
+        f"- Wrappers in place after the launcher's `load_plugins()`: "
+        f"{', '.join(data['wrapped']['installed, launcher']) or 'none'}; bare process, after "
+        f"`import parallel_state`: {', '.join(data['wrapped']['installed, bare']) or 'none'}.",
+        f"- The plugin adds to `load_plugins()`: **{data['added_call_ms_launcher']:+.1f} ms** "
+        f"after the launcher's imports, **{data['added_call_ms_bare']:+.1f} ms** in a bare "
+        f"process (where the collective decision waits for `parallel_state`; that import then "
+        f"takes {data['added_ps_import_ms_bare']:+.1f} ms more). Of that, the four collective "
+        f"fixes' probes and installs (installed minus installed with them switched off): "
+        f"**{data['collectives_apply_ms_launcher']:+.1f} ms** (launcher), "
+        f"{data['collectives_apply_ms_bare']:+.1f} ms (bare); importing their modules: "
+        f"{fmt(imports, 'ms', 2)}.",
+        f"- What registering the wrappers through sglang's `HookRegistry` would have added: its "
+        f"`_propagate_patch` module walk, timed once per wrapped method in the same launcher "
+        f"processes: {walked}; "
+        f"**{data['walk_ms_total']:.1f} ms** together. Bindings it found to replace: "
+        f"{data['walk_found']}.",
         "",
     ]
     return lines
@@ -96,7 +134,8 @@ def _reduce_scatter(data: dict[str, Any], _: Path) -> list[str]:
 
 SECTIONS: dict[str, Section] = {
     "startup": _startup,
-    "reduce_scatter_overhead": _reduce_scatter,
+    "startup_rocm": _startup_rocm,
+    "collectives_overhead": _collectives_overhead,
     "backend_gpu": backend_gpu,
     "bounds_check": bounds_check,
     "pool_capacity": pool_capacity,

@@ -1,4 +1,4 @@
-"""sglang-aiter-plugin: the ``aiter-ext`` attention backend and a TMS-safe AITER reduce-scatter.
+"""sglang-aiter-plugin: the ``aiter-ext`` attention backend and capture-safe AITER collectives.
 
 sglang discovers the plugin through the ``sglang.srt.plugins`` entry point and calls
 :func:`register` in every process that loads plugins. Importing this package costs next to

@@ -50,10 +50,14 @@ def _importer(module: str, names: Mapping[str, Any]) -> Callable[..., Any]:
         fromlist: tuple[str, ...] | list[str] | None = (),
         level: int = 0,
     ) -> Any:
-        imported = real_import(name, globals, locals, fromlist, level)
-        if level == 0 and name == module and fromlist and any(n in names for n in fromlist):
-            return _ModuleView(imported, names)
-        return imported
+        if level == 0 and name == module and fromlist:
+            if all(n in names for n in fromlist):
+                # every requested name is given: the module is not imported at all (it may be
+                # absent here, or costly to import, e.g. aiter's communicator off ROCm)
+                return types.SimpleNamespace(**{n: names[n] for n in fromlist})
+            if any(n in names for n in fromlist):
+                return _ModuleView(real_import(name, globals, locals, fromlist, level), names)
+        return real_import(name, globals, locals, fromlist, level)
 
     return __import__
 
@@ -68,7 +72,8 @@ def rebound(
     """A copy of ``fn`` in which each of ``names`` resolves to the given object.
 
     Global lookups of those names see the given objects; with ``module``, so does
-    ``from <module> import <name>`` inside ``fn``. ``strict`` (the default) raises
+    ``from <module> import <name>`` inside ``fn`` (when every name such an import asks for is
+    given, ``module`` itself is not imported). ``strict`` (the default) raises
     :class:`RebindError` when ``fn``'s code does not mention one of the names: the sglang release
     changed how it finds that object, and the copy would silently use sglang's.
     """

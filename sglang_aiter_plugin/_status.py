@@ -14,7 +14,8 @@ class FixState(str, enum.Enum):
     APPLIED = "applied"
     """The fix's changes are in place in this process."""
     PENDING = "pending"
-    """Part of the fix waits for sglang to import the module it changes; it reports again then."""
+    """Part of the fix (or its decision) waits for sglang to import a module; nothing more is
+    installed until then, and the fix reports its outcome when that happens."""
     NOT_NEEDED = "not needed"
     """Upstream already behaves correctly here; nothing was installed."""
     SKIPPED = "skipped"

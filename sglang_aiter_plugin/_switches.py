@@ -1,7 +1,7 @@
 """Environment switches the plugin reads, parsed once, with clear errors for bad values.
 
 * ``SGLANG_AITER_EXT``: ``1`` (default) applies the fixes; ``0`` loads the plugin, changes nothing.
-* ``SGLANG_AITER_EXT_DISABLE``: comma-separated fix names to leave out (``reduce-scatter-tms``).
+* ``SGLANG_AITER_EXT_DISABLE``: comma-separated fix names to leave out (``capture-reduce-scatter``).
 * ``SGLANG_AITER_EXT_BOUNDS_CHECK``: ``0`` (default) or ``1``; ``1`` makes every CUDA-graph
   metadata call of an ``aiter-ext`` backend check its batch size against the captured maximum.
 

@@ -38,8 +38,11 @@ def test_every_committed_result_renders_with_its_numbers(tmp_path: Path) -> None
         if data["benchmark"] == "pool_capacity":
             for row in data["rows"]:
                 assert f"**{row['extra_bytes_no_graphs']:,} B" in text
-        if data["benchmark"] == "reduce_scatter_overhead":
-            assert f"**{data['ratio_hooked_vs_upstream']:.3f}**" in text
+        if data["benchmark"] == "collectives_overhead":
+            for r in data["methods"].values():
+                assert f"**{r['ratio_wrapped_vs_do_nothing_hook']:.3f}**" in text
+        if data["benchmark"] == "startup_rocm":
+            assert f"**{data['added_call_ms_launcher']:+.1f} ms**" in text
 
 
 def test_unknown_result_kinds_are_skipped_not_invented(tmp_path: Path) -> None:

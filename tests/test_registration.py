@@ -77,8 +77,8 @@ from sglang.srt.plugins import load_plugins
 load_plugins()
 print("RESULT " + json.dumps(state()))
 """
-    data = run_python(code, env={"SGLANG_AITER_EXT_DISABLE": "reduce-scatter-tms"}).data
-    assert data["statuses"]["reduce-scatter-tms"] == "disabled"
+    data = run_python(code, env={"SGLANG_AITER_EXT_DISABLE": "capture-reduce-scatter"}).data
+    assert data["statuses"]["capture-reduce-scatter"] == "disabled"
     assert data["statuses"]["attention-backend"] == "applied"
     assert data["choices"] == 1
 

@@ -6,7 +6,7 @@ import pytest
 
 from sglang_aiter_plugin._switches import SwitchValueError, bounds_check_requested, read_switches
 
-KNOWN = ["attention-backend", "reduce-scatter-tms"]
+KNOWN = ["attention-backend", "capture-reduce-scatter"]
 
 
 @pytest.mark.parametrize("value", ["", "1", "true", "YES", " on "])
@@ -33,11 +33,11 @@ def test_garbage_keeps_default_and_names_variable_value_and_choices(value: str) 
 
 
 def test_disable_list_parses_names_and_reports_unknown_ones() -> None:
-    s = read_switches(KNOWN, {"SGLANG_AITER_EXT_DISABLE": " reduce-scatter-tms, ,bogus,"})
-    assert s.disabled_fixes == {"reduce-scatter-tms"}
+    s = read_switches(KNOWN, {"SGLANG_AITER_EXT_DISABLE": " capture-reduce-scatter, ,bogus,"})
+    assert s.disabled_fixes == {"capture-reduce-scatter"}
     (problem,) = s.problems
     assert "'bogus'" in problem
-    assert "attention-backend, reduce-scatter-tms" in problem
+    assert "attention-backend, capture-reduce-scatter" in problem
 
 
 @pytest.mark.parametrize(("value", "want"), [("", False), ("0", False), ("1", True), ("On", True)])

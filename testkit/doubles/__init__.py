@@ -15,9 +15,10 @@ DOUBLES: dict[str, str] = {
     "unified_attention loads without ROCm (stub parent packages, a HIP target while aiter's "
     "arch detection imports)",
     "bare_model_runner": "a model runner that carries only its server arguments",
-    "communicator": "aiter's custom all-reduce communicator, recording what it is asked",
-    "future_reduce_scatter": "a future sglang whose reduce-scatter honours every switch",
+    "communicator": "aiter's custom all-reduce communicator, recording what it is asked (CPU)",
+    "future_collectives": "collective methods as a future sglang might write them (honouring "
+    "every switch, or with a changed signature)",
     "model_runner": "the model-runner attributes a backend reads (pools, sizes, device)",
-    "reducing_communicator": "aiter's communicator doing a real reduce-scatter on the stream",
+    "reducing_communicator": "aiter's communicator doing real collectives on the stream (GPU)",
     "rocm_platform": "the ROCm host itself (sglang's platform answers, not torch's)",
 }

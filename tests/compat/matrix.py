@@ -1,7 +1,7 @@
 """Compatibility matrix: run the CPU suite against every supported sglang release.
 
-    .venv/bin/python tests/compat/matrix.py                 # every release in _releases.TESTED
-    .venv/bin/python tests/compat/matrix.py 0.5.15 0.5.23   # a subset
+    .venv/bin/python -m tests.compat.matrix                 # every release in _releases.TESTED
+    .venv/bin/python -m tests.compat.matrix 0.5.15 0.5.23   # a subset
 
 Each release is installed once beside the base environment (``tools/with-sglang``), the suite runs
 with a JUnit report, and the results are folded into ``tests/compat/MATRIX.md`` (release x area ->
@@ -26,6 +26,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from sglang_aiter_plugin import _releases
+from tests.compat.collectives import COLUMNS, collective_verdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = ROOT / "tests" / "compat"
@@ -40,7 +41,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "attention backend": ("tests/attention_backend/", "tests/test_rebind.py",
                           "tests/test_ledger.py"),
     "buffer pool": ("tests/backend/",),
-    "reduce-scatter": ("tests/fixes/test_reduce_scatter",),
+    "collectives": ("tests/fixes/collectives/",),
     "faults": ("tests/test_faults", "tests/test_doubles.py", "tests/test_benchmarks.py"),
 }
 
@@ -53,17 +54,6 @@ def _run_release(version: str, junit: Path, tests: list[str]) -> tuple[int, floa
     tail = "\n".join(proc.stdout.splitlines()[-3:])
     print(f"  sglang {version}: exit {proc.returncode}; {tail.strip()}", flush=True)
     return proc.returncode, time.monotonic() - start
-
-
-def _verdict(version: str) -> str:
-    cmd = ["bash", str(ROOT / "tools" / "with-sglang"), version, sys.executable, "-m",
-           "sglang_aiter_plugin", "doctor", "--json"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    try:
-        checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
-        return str(checks["fix reduce-scatter-tms"]["summary"]).split(":")[0]
-    except Exception:
-        return "doctor failed"
 
 
 def _cases(junit: Path) -> list[tuple[str, str]]:
@@ -112,7 +102,7 @@ def _newer_on_pypi() -> list[str]:
 
 
 def _write(rows: list[dict[str, str]], newer: list[str], commands: list[str]) -> None:
-    cols = ["release", *AREAS, "reduce-scatter verdict", "suite", "minutes", "commit"]
+    cols = ["release", *AREAS, *COLUMNS.values(), "suite", "minutes", "commit"]
     lines = [
         "# Compatibility matrix",
         "",
@@ -121,7 +111,9 @@ def _write(rows: list[dict[str, str]], newer: list[str], commands: list[str]) ->
         + "; then ".join(f"`{c}`" for c in commands) + ". Each row names the commit it ran.",
         "`pass (n)`: n tests ran and passed (expected failures that document upstream gaps count",
         "as run); `n/a (skipped)`: every test of the area skipped because the release lacks the",
-        "path (e.g. no `_maybe_aiter_reduce_scatter` before 0.5.15).",
+        "path (e.g. no `_maybe_aiter_reduce_scatter` before 0.5.15). Verdict columns: what a",
+        "ROCm process with that release reports for each collective (`applied (...)`: the",
+        "switches the plugin adds there; `skipped`: no AITER path for that collective).",
         "",
         "| " + " | ".join(cols) + " |",
         "| " + " | ".join("---" for _ in cols) + " |",
@@ -166,7 +158,7 @@ def _test_release(version: str, reports: Path, tests: list[str],
         cell = _cell(cases, prefixes)
         if cell != "no tests" or tests == ["tests"] or area not in row:
             row[area] = cell
-    row["reduce-scatter verdict"] = _verdict(version)
+    row.update(collective_verdicts(version))
     whole = tests == ["tests"]
     row["suite"] = "pass" if all(not str(row[a]).startswith("FAIL") for a in AREAS) and (
         code == 0 or not whole) else "FAIL"
@@ -182,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", nargs="+", default=["tests"], metavar="PATH",
                         help="run only these test paths; only the areas they cover are updated")
     args = parser.parse_args(argv)
-    command = "python tests/compat/matrix.py" + "".join(
+    command = "python -m tests.compat.matrix" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     previous: dict[str, dict[str, str]] = {}
     commands = [command]

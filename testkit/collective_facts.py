@@ -1,0 +1,63 @@
+"""What each sglang release does on the AITER capture paths, read from the released wheels.
+
+The plugin never uses these facts (it probes behaviour); the tests check the probes against them.
+Per collective: the first release with an AITER path, and the switches under which sglang itself
+captures unregistered (see the README's collectives table).
+"""
+
+from __future__ import annotations
+
+from packaging.version import Version
+
+from sglang_aiter_plugin.fixes.collectives.switches import Switch
+
+__all__ = ["FIRST_WITH_PATH", "FIRST_WITH_PIECEWISE_FUSED", "FIRST_WITH_QUANT", "NEWEST_KNOWN",
+           "has_path", "has_quant", "honoured_upstream"]
+
+NEWEST_KNOWN = Version("0.5.23")
+FIRST_WITH_PATH = {
+    "capture-all-reduce": Version("0.5.11"),
+    "capture-all-gather": Version("0.5.13"),
+    "capture-reduce-scatter": Version("0.5.15"),
+    "capture-fused-ar-rmsnorm": Version("0.5.11"),
+}
+FIRST_WITH_QUANT = Version("0.5.17")
+"""``fused_allreduce_rmsnorm_quant_per_group`` (its ``transpose_scale`` parameter from 0.5.19)."""
+FIRST_WITH_PIECEWISE_FUSED = Version("0.5.13")
+"""``fused_allreduce_rmsnorm``'s own piecewise-graph branch (``fused_ar_rms(registered=False)``)."""
+
+_TMS, _COPY_IN, _FLAG = Switch.TMS, Switch.COPY_IN, Switch.COMM_FLAG
+
+
+def _release(v: Version) -> Version:
+    return Version(v.base_version)
+
+
+def has_path(fix: str, v: Version) -> bool:
+    return _release(v) >= FIRST_WITH_PATH[fix]
+
+
+def has_quant(v: Version) -> bool:
+    return _release(v) >= FIRST_WITH_QUANT
+
+
+def honoured_upstream(fix: str, v: Version) -> frozenset[Switch]:
+    """Switches under which sglang ``v`` itself captures ``fix``'s collective unregistered."""
+    r = _release(v)
+    if fix == "capture-all-reduce":
+        return frozenset({_TMS, _FLAG})  # copy-in is not defined for all-reduce
+    if fix == "capture-fused-ar-rmsnorm":
+        return frozenset()
+    if fix == "capture-all-gather":
+        if r >= Version("0.5.22"):
+            return frozenset({_TMS, _COPY_IN})
+        if r >= Version("0.5.15"):
+            return frozenset({_TMS})
+        return frozenset()
+    if fix == "capture-reduce-scatter":
+        if r >= Version("0.5.22"):
+            return frozenset({_TMS, _COPY_IN})
+        if r >= Version("0.5.18"):
+            return frozenset({_TMS})
+        return frozenset()
+    raise KeyError(fix)

@@ -1,0 +1,36 @@
+"""The compatibility matrix's collective columns: each collective fix's verdict for one release.
+
+The verdict is what a ROCm process with that release would report (the fixes probe as on ROCm,
+so this runs anywhere): ``applied (TMS, copy-in, flag)`` names the switches the plugin adds,
+``not needed``, ``skipped`` (no AITER path in that release), ``failed``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["COLUMNS", "collective_verdicts"]
+
+ROOT = Path(__file__).resolve().parents[2]
+#: fix name -> matrix column
+COLUMNS = {
+    "capture-all-reduce": "all-reduce verdict",
+    "capture-all-gather": "all-gather verdict",
+    "capture-reduce-scatter": "reduce-scatter verdict",
+    "capture-fused-ar-rmsnorm": "fused AR+RMSNorm verdict",
+}
+
+
+def collective_verdicts(version: str) -> dict[str, str]:
+    """Column -> verdict for sglang ``version`` (installed beside the base one if needed)."""
+    cmd = ["bash", str(ROOT / "tools" / "with-sglang"), version, sys.executable, "-m",
+           "sglang_aiter_plugin.fixes.collectives.verdicts"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    try:
+        found = json.loads(proc.stdout)
+        return {column: found[fix]["short"] for fix, column in COLUMNS.items()}
+    except Exception:
+        return dict.fromkeys(COLUMNS.values(), "probe failed")

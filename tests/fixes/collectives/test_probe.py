@@ -1,0 +1,129 @@
+"""The probes against the real ``GroupCoordinator`` of the installed release (in this process).
+
+Verdicts are computed as on a ROCm host (the probes simulate it) and compared with what the
+release is known to do; the probes must leave nothing behind and name what they cannot drive.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from packaging.version import Version
+
+from sglang_aiter_plugin._status import FixState
+from sglang_aiter_plugin.fixes.collectives.fused_ar_rmsnorm import COLLECTIVE as FUSED
+from sglang_aiter_plugin.fixes.collectives.probe import ProbeError, probe
+from sglang_aiter_plugin.fixes.collectives.reduce_scatter import COLLECTIVE as REDUCE_SCATTER
+from sglang_aiter_plugin.fixes.collectives.switches import Switch
+from sglang_aiter_plugin.fixes.collectives.verdicts import verdicts
+from testkit.collective_facts import FIRST_WITH_PATH, NEWEST_KNOWN, has_path, honoured_upstream
+
+HOOKED = ("capture-all-gather", "capture-reduce-scatter", "capture-fused-ar-rmsnorm")
+
+
+@pytest.fixture(scope="module")
+def parallel_state():  # type: ignore[no-untyped-def]
+    from sglang.srt.distributed import parallel_state
+
+    return parallel_state
+
+
+@pytest.fixture(scope="module")
+def found(parallel_state):  # type: ignore[no-untyped-def]
+    return verdicts()
+
+
+@pytest.fixture
+def known(sglang_version: Version) -> None:
+    if sglang_version > NEWEST_KNOWN:
+        pytest.skip(f"no recorded facts for sglang {sglang_version}")
+
+
+@pytest.mark.parametrize("fix", HOOKED)
+def test_verdict_is_what_the_release_is_known_to_need(known, found, fix: str,  # type: ignore[no-untyped-def]
+                                                      sglang_version: Version) -> None:
+    verdict = found[fix]
+    if not has_path(fix, sglang_version):
+        assert verdict.status.state is FixState.SKIPPED, verdict.status
+        return
+    assert verdict.status.state is FixState.APPLIED, verdict.status
+    assert set(verdict.ignored) == set(Switch) - honoured_upstream(fix, sglang_version)
+
+
+def test_all_reduce_is_not_needed_by_probe(found, sglang_version: Version) -> None:  # type: ignore[no-untyped-def]
+    status = found["capture-all-reduce"].status
+    assert status.state is FixState.NOT_NEEDED, status
+    assert "nothing installed" in status.detail
+
+
+def test_releases_without_a_path_say_why(found, sglang_version: Version) -> None:  # type: ignore[no-untyped-def]
+    missing = [f for f in HOOKED if not has_path(f, sglang_version)]
+    if not missing:
+        pytest.skip(f"sglang {sglang_version} has every AITER path")
+    reasons = {f: found[f].status.detail for f in missing}
+    if "capture-reduce-scatter" in reasons:
+        assert reasons["capture-reduce-scatter"] == (
+            f"sglang {sglang_version} has no GroupCoordinator._maybe_aiter_reduce_scatter: no "
+            "AITER reduce-scatter path to fix")
+    if "capture-all-gather" in reasons:
+        assert reasons["capture-all-gather"] == (
+            f"sglang {sglang_version}'s GroupCoordinator._all_gather_into_tensor never calls "
+            "aiter's communicator (it takes torch.distributed.all_gather_into_tensor): no AITER "
+            "all-gather path")
+
+
+def test_probe_leaves_no_trace(parallel_state) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    module_before = dict(vars(parallel_state))
+    class_before = dict(vars(parallel_state.GroupCoordinator))
+    capturing_before = torch.cuda.is_current_stream_capturing
+    environ_before = dict(os.environ)
+    verdicts()
+    after = vars(parallel_state)
+    assert after.keys() == module_before.keys()
+    assert all(after[k] is v for k, v in module_before.items())
+    assert dict(vars(parallel_state.GroupCoordinator)) == class_before
+    assert torch.cuda.is_current_stream_capturing is capturing_before
+    assert dict(os.environ) == environ_before
+
+
+def test_probe_looks_below_any_wrapper(parallel_state, sglang_version: Version) -> None:  # type: ignore[no-untyped-def]
+    import functools
+
+    name = FUSED.methods[0].name
+    real = parallel_state.GroupCoordinator
+
+    class Wrapped(real):  # type: ignore[misc, valid-type]
+        pass
+
+    original = vars(real)[name]
+
+    @functools.wraps(original)
+    def unregistered_always(self: Any, *args: Any) -> Any:
+        return None
+
+    setattr(Wrapped, name, unregistered_always)  # a wrapper that hides the registration
+    assert probe(Wrapped, name, FUSED.methods[0].invoke).ignored == tuple(Switch)
+
+
+def test_probe_names_a_method_it_cannot_drive(parallel_state, sglang_version: Version) -> None:  # type: ignore[no-untyped-def]
+    if sglang_version < FIRST_WITH_PATH["capture-reduce-scatter"]:
+        pytest.skip("uses the reduce-scatter method (0.5.15+)")
+    real = parallel_state.GroupCoordinator
+    method = REDUCE_SCATTER.methods[0]
+
+    class Raising(real):  # type: ignore[misc, valid-type]
+        def _maybe_aiter_reduce_scatter(self, output: Any, input: Any) -> bool:
+            raise KeyError("new_gate")
+
+    class NeverCalls(real):  # type: ignore[misc, valid-type]
+        def _maybe_aiter_reduce_scatter(self, output: Any, input: Any) -> bool:
+            return False
+
+    with pytest.raises(ProbeError, match=r"Raising\._maybe_aiter_reduce_scatter raised .*new_gate"):
+        probe(Raising, method.name, method.invoke)
+    with pytest.raises(ProbeError, match=r"made 0 call\(s\) on aiter's communicator \(none\)"):
+        probe(NeverCalls, method.name, method.invoke)

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.startup import _overlays, _popen_wait4, _run, _summary
+from benchmarks.startup import _overlays, _popen_wait4, _run, _sglang_version, _summary
 
 ROOT = Path(__file__).resolve().parents[1]
 from sglang_aiter_plugin.fixes.collectives import FIXES  # noqa: E402
@@ -162,12 +162,6 @@ def main(argv: list[str] | None = None) -> int:
                       if k.startswith(("added_", "walk_ms", "collectives_"))}))
     print(f"wrote {args.out}")
     return 0
-
-
-def _sglang_version() -> str:
-    from importlib.metadata import version
-
-    return version("sglang")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import functools
+import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from packaging.version import InvalidVersion, Version
@@ -36,10 +38,18 @@ class Support(str, enum.Enum):
         return self.value
 
 
+@functools.lru_cache(maxsize=1)
 def installed_sglang_version() -> Version | None:
-    """The installed sglang release, read from package metadata (no sglang import)."""
+    """The installed sglang release, read once per process.
+
+    From the already imported ``sglang`` package (its build-time ``__version__``; sglang's
+    loader, which calls the plugin, has imported it) or else from package metadata, without
+    importing sglang. Reading metadata parses a file, so the answer is kept.
+    """
+    module = sys.modules.get("sglang")
+    raw = getattr(module, "__version__", None) if module is not None else None
     try:
-        return Version(version("sglang"))
+        return Version(raw if isinstance(raw, str) else version("sglang"))
     except (PackageNotFoundError, InvalidVersion):
         return None
 

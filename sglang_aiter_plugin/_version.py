@@ -1,10 +1,7 @@
-from __future__ import annotations
+"""The plugin's version: the one place it is written (``pyproject.toml`` reads it from here)."""
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
 __all__ = ["__version__"]
 
-try:
-    __version__ = version("sglang-aiter-plugin")
-except PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0.0.0+unknown"
+__version__ = "0.1.0"

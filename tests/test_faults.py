@@ -118,7 +118,7 @@ def state():
 ROCM = []
 
 def as_on_rocm():  # the collective fixes install only there
-    from tests.doubles.rocm_platform import simulated_rocm
+    from testkit.doubles.rocm_platform import simulated_rocm
     ROCM.append(simulated_rocm())  # kept: the block ends when the manager is collected
     ROCM[-1].__enter__()
     import sglang.srt.distributed.parallel_state

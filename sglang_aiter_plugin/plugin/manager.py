@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, distributions
 from typing import Any
 
 import pluggy
@@ -61,7 +61,7 @@ def fix_sources() -> tuple[list[FixSource], list[FixStatus]]:
     sources = [FixSource(name, module=module) for name, module in BUILTIN_FIXES]
     taken = {s.name: s for s in sources}
     problems = []
-    for ep in entry_points(group=FIXES_GROUP):
+    for ep in _entry_points(FIXES_GROUP):
         source = FixSource(ep.name, entry_point=ep)
         first = taken.get(ep.name)
         if first is not None:  # reported under its own label; the first fix keeps the name
@@ -74,6 +74,28 @@ def fix_sources() -> tuple[list[FixSource], list[FixStatus]]:
         taken[ep.name] = source
         sources.append(source)
     return sources, problems
+
+
+def _entry_points(group: str) -> list[EntryPoint]:
+    """``importlib.metadata.entry_points(group=group)``, reading only what can match.
+
+    The standard call parses every installed distribution's name and entry points; here each
+    ``entry_points.txt`` is read once and parsed only when it names ``group`` (a few hundred
+    distributions in sglang's environment, none or one of them with this group).
+    """
+    header = f"[{group}]"
+    found: list[EntryPoint] = []
+    seen: set[str] = set()
+    for dist in distributions():
+        text = dist.read_text("entry_points.txt")
+        if not text or header not in text:
+            continue
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name in seen:  # the first on sys.path wins, as importlib.metadata decides
+            continue
+        seen.add(name)
+        found.extend(ep for ep in dist.entry_points if ep.group == group)
+    return found
 
 
 class PluginManager:

@@ -159,13 +159,20 @@ def test_sglangs_own_backend_is_left_alone() -> None:
 
 
 def test_a_discovery_failure_shows_its_real_cause() -> None:
+    from sglang_aiter_plugin._doctor import _DISCOVERY_PROBE
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    env["SGLANG_PLATFORM"] = "garbage"
+    loader = subprocess.run([sys.executable, "-c", _DISCOVERY_PROBE], capture_output=True,
+                            text=True, env=env, timeout=600)
     proc = doctor("--json", env={"SGLANG_PLATFORM": "garbage"})
-    assert proc.returncode == 1
     discovery = _checks(proc)["discovery"]
+    if loader.returncode == 0:  # this release's loader ignores an unknown platform name
+        pytest.skip("sglang's loader of this release accepts SGLANG_PLATFORM='garbage'")
+    cause = loader.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1
     assert discovery["level"] == "FAIL"
-    assert "SGLANG_PLATFORM='garbage' not found in discovered platform plugins" in (
-        discovery["summary"]
-    )
+    assert cause[:120] in discovery["summary"]
     assert "IndexError" not in discovery["summary"]
 
 

@@ -36,7 +36,9 @@ def test_a_raising_fix_leaves_sglang_and_the_other_fixes_working(broken_fix_dist
 from sglang.srt.plugins import load_plugins
 load_plugins()
 from sglang.srt.server_args import prepare_server_args
-args = prepare_server_args(["--model-path", "dummy", "--attention-backend", "aiter-ext"])
+from testkit.doubles.rocm_platform import rocm_host
+with rocm_host():  # 0.5.11-0.5.18 resolve while parsing: aiter-ext needs a ROCm host
+    args = prepare_server_args(["--model-path", "dummy", "--attention-backend", "aiter-ext"])
 import sglang.srt.layers.attention.attention_registry, sglang.srt.speculative.draft_utils
 from sglang_aiter_plugin._registration import last_statuses
 print("RESULT " + json.dumps({s.name: [s.state.value, s.detail] for s in last_statuses()}))

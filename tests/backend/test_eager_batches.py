@@ -44,14 +44,15 @@ def _count(value: int | str, pool: int) -> int:
 
 
 def _stale_prefill_qo_indptr() -> bool:
-    """0.5.11-0.5.21: after upstream regrows ``qo_indptr`` for a graph above P, its prefill
-    updater writes the old tensor and the extend kernel is handed the new, all-zero one."""
+    """0.5.11-0.5.22: after upstream regrows ``qo_indptr`` for a graph above P, its prefill
+    updater writes the old tensor and the extend kernel is handed the new, all-zero one
+    (0.5.22 measured by the compatibility matrix; 0.5.23 hands the kernel the right one)."""
     from packaging.version import Version
 
     from sglang_aiter_plugin._sglang import installed_sglang_version
 
     release = installed_sglang_version()
-    return release is not None and Version(release.base_version) <= Version("0.5.21")
+    return release is not None and Version(release.base_version) <= Version("0.5.22")
 
 
 def _cases() -> list[tuple[Case, bool]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["fmt", "header"]
+__all__ = ["fmt", "header", "run_facts"]
 
 
 def header(data: dict[str, Any]) -> list[str]:
@@ -16,3 +16,25 @@ def header(data: dict[str, Any]) -> list[str]:
 def fmt(s: dict[str, float], unit: str, digits: int = 1) -> str:
     return (f"{s['median']:.{digits}f} {unit} (IQR {s['q1']:.{digits}f} to {s['q3']:.{digits}f}, "
             f"n={int(s['n'])})")
+
+
+def run_facts(benchmark: str) -> dict[str, Any]:
+    """What every result file records first: the benchmark, its command, date and machine."""
+    import os
+    import platform
+    import sys
+    import time
+    from importlib.metadata import version
+    from pathlib import Path
+
+    import torch
+
+    return {
+        "benchmark": benchmark,
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "sglang": version("sglang"),
+    }

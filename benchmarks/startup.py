@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -32,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks._format import run_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 LOAD = ("import json, sys, time; {pre}from sglang.srt.plugins import load_plugins; "
@@ -191,16 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         profiles = {pre: _profile(variants["installed"], Path(tmp), pre) for pre in PRELUDES}
     added = sorted(modules["installed"] - modules["not installed"])
     rocm = [m for m in added if m.split(".")[0] in ("aiter", "triton", "torch")]
-    import torch
-
     result: dict[str, Any] = {
-        "benchmark": "startup",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}",
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "sglang": _sglang_version(),
+        **run_facts("startup"),
         "wall_ms": {k: _summary(v) for k, v in seconds.items()},
         "peak_rss_mib": {k: _summary(v) for k, v in peaks.items()},
         "import_us": _summary([float(x) for x in imports]),
@@ -221,12 +214,6 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in result.items() if k.startswith("added_")}))
     print(f"wrote {args.out}")
     return 0
-
-
-def _sglang_version() -> str:
-    from importlib.metadata import version
-
-    return version("sglang")
 
 
 if __name__ == "__main__":

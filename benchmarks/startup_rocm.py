@@ -30,14 +30,13 @@ import argparse
 import compileall
 import json
 import os
-import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.startup import _overlays, _popen_wait4, _run, _sglang_version, _summary
+from benchmarks._format import run_facts
+from benchmarks.startup import _overlays, _popen_wait4, _run, _summary
 
 ROOT = Path(__file__).resolve().parents[1]
 from sglang_aiter_plugin.fixes.collectives import FIXES  # noqa: E402
@@ -127,16 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                                     Path(tmp))
                 imports.append(float(out.split("RESULT ", 1)[1]))
             print(f"round {i}/{args.runs}", file=sys.stderr, flush=True)
-    import torch
-
     result: dict[str, Any] = {
-        "benchmark": "startup_rocm",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}",
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "sglang": _sglang_version(),
+        **run_facts("startup_rocm"),
         "ms": {key: {k: _summary(v) for k, v in series.items()}
                for key, series in samples.items()},
         "wrapped": {key: data["wrapped"] for key, data in last.items()},

@@ -24,7 +24,6 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 sys.modules["aiter"] = None  # type: ignore[assignment]
@@ -56,6 +55,7 @@ from testkit.decode_batch import (  # noqa: E402
 )
 from testkit.doubles import aiter_backend_imports  # noqa: E402
 from testkit.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
+from testkit.unified_kernel import make_layer, reference_rows  # noqa: E402
 
 PAGE = 16
 MAX_LEN = int(os.environ.get("POOL_GPU_MAX_LEN", "600"))
@@ -95,27 +95,8 @@ def fill_requests(runner: Any, pool: int, seed: int) -> None:
 def reference_decode(
     runner: Any, q: torch.Tensor, reqs: list[int], lens: list[int]
 ) -> torch.Tensor:
-    k, v = runner.token_to_kv_pool.get_kv_buffer(0)
-    table = runner.req_to_token_pool.req_to_token
-    heads, hkv, dim = q.shape[1], k.shape[1], q.shape[2]
-    outs = []
-    for i, (r, n) in enumerate(zip(reqs, lens, strict=False)):
-        locs = table[r, :n].long()
-        kk = k[locs].float().repeat_interleave(heads // hkv, dim=1)  # [n, H, D]
-        vv = v[locs].float().repeat_interleave(heads // hkv, dim=1)
-        w = torch.softmax(torch.einsum("hd,nhd->hn", q[i].float(), kk) * dim**-0.5, dim=-1)
-        outs.append(torch.einsum("hn,nhd->hd", w, vv))
-    return torch.stack(outs)
-
-
-def make_layer(backend: Any) -> SimpleNamespace:
-    return SimpleNamespace(
-        tp_q_head_num=backend.num_head, tp_k_head_num=backend.num_kv_head,
-        tp_v_head_num=backend.num_kv_head, qk_head_dim=backend.head_dim,
-        v_head_dim=backend.head_dim, head_dim=backend.head_dim, layer_id=0, logit_cap=0.0,
-        scaling=backend.head_dim**-0.5, sliding_window_size=None, k_scale=None, v_scale=None,
-        is_cross_attention=False,
-    )
+    """Row ``i`` of ``q`` attends to the first ``lens[i]`` tokens of request ``reqs[i]``."""
+    return reference_rows(runner, q, reqs, lens)
 
 
 def build(kind: str, setup: Any, path: str) -> Any:

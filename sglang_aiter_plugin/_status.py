@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["FixState", "FixStatus"]
 
@@ -29,9 +29,9 @@ class FixState(str, enum.Enum):
         return self.value
 
 
-@dataclass(frozen=True)
-class FixStatus:
-    """The status one fix reports, with a human-readable reason."""
+class FixStatus(NamedTuple):
+    """The status one fix reports, with a human-readable reason (immutable; ``_replace`` makes a
+    changed copy)."""
 
     name: str
     state: FixState

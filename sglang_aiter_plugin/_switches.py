@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from sglang_aiter_plugin._text import shorten, summarise
 
@@ -37,14 +37,13 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-@dataclass(frozen=True)
-class Switches:
+class Switches(NamedTuple):
     """The parsed switches, plus the problems found while parsing them."""
 
     enabled: bool = True
     disabled_fixes: frozenset[str] = frozenset()
     bounds_check: bool = False
-    problems: tuple[str, ...] = field(default=())
+    problems: tuple[str, ...] = ()
 
 
 class SwitchValueError(ValueError):

@@ -7,7 +7,7 @@ backend class (pinned per release by ``tests/attention_backend/audit``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = [
     "AITER_MODULE",
@@ -25,8 +25,7 @@ DRAFT_UTILS_MODULE = "sglang.srt.speculative.draft_utils"
 AITER_MODULE = "sglang.srt.layers.attention.aiter_backend"
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """One sglang symbol and what the fix does to it."""
 
     module: str

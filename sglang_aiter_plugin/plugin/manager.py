@@ -11,14 +11,12 @@ methods; :attr:`PluginManager.pluggy` is there for embedders that need pluggy it
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import logging
 import threading
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from importlib.metadata import EntryPoint, distributions
-from typing import Any
+from typing import Any, NamedTuple
 
 import pluggy
 
@@ -33,8 +31,7 @@ __all__ = ["FixSource", "PluginManager", "current_manager", "fix_sources", "inst
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class FixSource:
+class FixSource(NamedTuple):
     """Where a fix comes from: a built-in module, a third-party entry point (not loaded yet), or
     a plugin object an embedder hands over in-process."""
 
@@ -163,7 +160,7 @@ class PluginManager:
 
 
 def _call_fix(name: str, function: Any, context: FixContext) -> FixStatus:
-    context = dataclasses.replace(context, report=_reporting_as(name, context.report))
+    context = context._replace(report=_reporting_as(name, context.report))
     try:
         result = function(context=context)
     except Exception as exc:
@@ -171,14 +168,14 @@ def _call_fix(name: str, function: Any, context: FixContext) -> FixStatus:
         return FixStatus(name, FixState.FAILED, f"{type(exc).__name__}: {exc}")
     if not isinstance(result, FixStatus):
         return FixStatus(name, FixState.FAILED, f"returned {result!r}, not a FixStatus")
-    return dataclasses.replace(result, name=name) if result.name != name else result
+    return result._replace(name=name) if result.name != name else result
 
 
 def _reporting_as(name: str, report: Any) -> Any:
     """``report`` for one fix: whatever name a later status carries, it is this fix's."""
 
     def report_as(status: FixStatus) -> None:
-        report(dataclasses.replace(status, name=name) if status.name != name else status)
+        report(status._replace(name=name) if status.name != name else status)
 
     return report_as
 

@@ -7,15 +7,15 @@ called per decode step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pluggy
-from packaging.version import Version
 
 from sglang_aiter_plugin.plugin import NAME
 
 if TYPE_CHECKING:
+    from packaging.version import Version
+
     from sglang_aiter_plugin._status import FixStatus
 
 __all__ = ["FixContext", "PoolResize", "aiter_ext_apply_fix", "aiter_ext_pool_resized"]
@@ -28,20 +28,22 @@ def _spec(func: _F) -> _F:
     return _spec_marker(func)
 
 
-@dataclass(frozen=True)
-class FixContext:
+def _ignore(status: FixStatus) -> None:
+    """The default ``report``: a context built without one drops later outcomes."""
+
+
+class FixContext(NamedTuple):
     """What a fix may look at when it decides whether and how to apply."""
 
     plugin_version: str
     sglang_version: Version | None
     """The installed sglang release, or ``None`` when sglang's metadata cannot be read."""
-    report: Callable[[FixStatus], None] = field(default=lambda status: None, compare=False)
+    report: Callable[[FixStatus], None] = _ignore
     """Report a later outcome: a fix that returned ``pending`` calls this once its deferred
     work has run (``applied``) or failed (``failed``); the log and ``doctor`` then show it."""
 
 
-@dataclass(frozen=True)
-class PoolResize:
+class PoolResize(NamedTuple):
     """A grow-only buffer pool changed capacity (batch rows)."""
 
     pool: Any

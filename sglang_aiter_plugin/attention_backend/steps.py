@@ -26,10 +26,6 @@ from types import ModuleType
 from sglang_aiter_plugin._post_import import cancel, when_imported
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.attention_backend import marker
-from sglang_aiter_plugin.attention_backend.factories import (
-    install_draft_factories,
-    install_registry,
-)
 from sglang_aiter_plugin.attention_backend.fold import install_fold
 from sglang_aiter_plugin.attention_backend.marker import EXT_NAME
 from sglang_aiter_plugin.attention_backend.targets import (
@@ -63,6 +59,12 @@ def prepare_server_args_module(server_args: ModuleType) -> None:
 
 def prepare_construction_sites(registry: ModuleType) -> None:
     """The registry entry, and the draft factories: importing them costs ~1 ms after it."""
+    # imported here, not at start-up: most processes never reach this step
+    from sglang_aiter_plugin.attention_backend.factories import (
+        install_draft_factories,
+        install_registry,
+    )
+
     install_registry(registry)
     install_draft_factories(importlib.import_module(DRAFT_UTILS_MODULE))
 

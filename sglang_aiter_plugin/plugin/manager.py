@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import threading
 from collections.abc import Collection, Sequence
-from importlib.metadata import EntryPoint, distributions
+from importlib.metadata import Distribution, EntryPoint, PathDistribution, distributions
 from typing import Any, NamedTuple
 
 import pluggy
@@ -77,15 +78,14 @@ def _entry_points(group: str) -> list[EntryPoint]:
     """``importlib.metadata.entry_points(group=group)``, reading only what can match.
 
     The standard call parses every installed distribution's name and entry points; here each
-    ``entry_points.txt`` is read once and parsed only when it names ``group`` (a few hundred
-    distributions in sglang's environment, none or one of them with this group).
+    ``entry_points.txt`` is read once, as bytes, and parsed only when it names ``group`` (a few
+    hundred distributions in sglang's environment, none or one of them with this group).
     """
-    header = f"[{group}]"
+    header = f"[{group}]".encode()
     found: list[EntryPoint] = []
     seen: set[str] = set()
     for dist in distributions():
-        text = dist.read_text("entry_points.txt")
-        if not text or header not in text:
+        if header not in _entry_points_bytes(dist):
             continue
         name = (dist.metadata["Name"] or "").lower().replace("_", "-")
         if name in seen:  # the first on sys.path wins, as importlib.metadata decides
@@ -93,6 +93,22 @@ def _entry_points(group: str) -> list[EntryPoint]:
         seen.add(name)
         found.extend(ep for ep in dist.entry_points if ep.group == group)
     return found
+
+
+def _entry_points_bytes(dist: Distribution) -> bytes:
+    """A distribution's ``entry_points.txt``, or ``b""``.
+
+    A folder on disk (``PathDistribution``, nearly every one) is read with one ``open``, about
+    half the cost of ``read_text`` over ``pathlib``; any other kind goes through ``read_text``.
+    """
+    folder = getattr(dist, "_path", None)
+    if isinstance(dist, PathDistribution) and isinstance(folder, os.PathLike):
+        try:
+            with open(os.path.join(folder, "entry_points.txt"), "rb") as file:
+                return file.read()
+        except OSError:  # no such file, or unreadable: as read_text, no entry points
+            return b""
+    return (dist.read_text("entry_points.txt") or "").encode()
 
 
 class PluginManager:

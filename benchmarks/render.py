@@ -129,6 +129,15 @@ def _startup_rocm(data: dict[str, Any], _: Path) -> list[str]:
         f"{data['walk_found']}.",
         "",
     ]
+    phases = data.get("phases_ms")
+    if phases:
+        total = sum(v["median"] for v in phases.values())
+        lines += ["Where the plugin's part goes: `register()`'s steps run one by one in the same "
+                  "order, timed inside a launcher process (installed, as on ROCm; medians):", "",
+                  "| step | ms | share |", "| --- | --- | --- |"]
+        lines += [f"| {label} | {fmt(v, 'ms', 2)} | {v['median'] / total:.0%} |"
+                  for label, v in phases.items()]
+        lines += [f"| all steps (sum of medians) | {total:.2f} ms | 100% |", ""]
     return lines
 
 

@@ -16,12 +16,15 @@ Variants: the plugin installed, installed with the four collective fixes switche
 installed. A separate child times importing the collective fix modules alone (they are imported
 whenever the plugin loads, switched off or not).
 
+A third child runs ``register()``'s steps one by one, in its order, and times each (the
+breakdown in ``benchmarks/RESULTS.md``).
+
 The plugin's bytecode is compiled first, as ``pip install`` does. The installed ``launcher``
 child also times sglang's own ``HookRegistry._propagate_patch`` once
 per wrapped method: the module walk that registering the wrappers through ``HookRegistry`` would
 have added to ``load_plugins()``.
 
-    .venv/bin/python benchmarks/startup_rocm.py --runs 10
+    .venv/bin/python -m benchmarks.startup_rocm --runs 10
 """
 
 from __future__ import annotations
@@ -84,6 +87,51 @@ print("RESULT " + json.dumps({{"call_ms": call * 1000, "ps_ms": after * 1000,
                                "wrapped": wrapped, "walk": walks, "modules": len(sys.modules)}}))
 """
 PRELUDES = {"launcher": "import sglang.launch_server; ", "bare": ""}
+#: Where the plugin's part of load_plugins() goes: register()'s steps, run one by one, in the
+#: order register() runs them, in a launcher process with the plugin installed.
+PHASES = """
+import importlib, json, sys, time
+sys.path.append({root!r})
+from testkit.doubles.rocm_platform import simulated_rocm
+rocm = simulated_rocm()
+rocm.__enter__()
+import sglang.launch_server
+from importlib.metadata import entry_points
+entry_points(group="sglang.srt.plugins")  # what sglang's loader does just before register()
+ms = {{}}
+def step(label, fn):
+    t = time.perf_counter()
+    value = fn()
+    ms[label] = ms.get(label, 0.0) + (time.perf_counter() - t) * 1000
+    return value
+step("import pluggy", lambda: importlib.import_module("pluggy"))
+step("import the plugin's core modules", lambda: (
+    importlib.import_module("sglang_aiter_plugin"),
+    importlib.import_module("sglang_aiter_plugin._registration"),
+    importlib.import_module("sglang_aiter_plugin.plugin.manager")))
+from sglang_aiter_plugin import _registration
+from sglang_aiter_plugin._sglang import installed_sglang_version
+from sglang_aiter_plugin._switches import read_switches
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES
+from sglang_aiter_plugin.plugin import manager
+from sglang_aiter_plugin.plugin.spec import FixContext
+sources, problems = step("scan the fixes entry-point group", manager.fix_sources)
+switches = read_switches([s.name for s in sources])
+for name, module in BUILTIN_FIXES:
+    label = "collectives" if name.startswith("capture-") else name
+    step(f"import the {{label}} fix modules", lambda: importlib.import_module(module))
+pm = step("pluggy manager, hook specs, registering the fixes",
+          lambda: manager.PluginManager(sources, problems=problems))
+call_fix = manager._call_fix
+def timed(name, function, context):
+    label = "collectives" if name.startswith("capture-") else name
+    return step(f"apply {{label}} (probes, installs)", lambda: call_fix(name, function, context))
+manager._call_fix = timed
+context = FixContext(plugin_version="bench", sglang_version=installed_sglang_version())
+statuses = pm.apply_fixes(context)
+step("the log line", lambda: _registration._log_summary(switches, statuses))
+print("RESULT " + json.dumps(ms))
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     samples: dict[str, dict[str, list[float]]] = {}
     last: dict[str, Any] = {}
     imports: list[float] = []
+    phases: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         paths = _overlays(Path(tmp))
         envs = {"installed": {**base_env, "PYTHONPATH": str(paths["with"])},
@@ -121,6 +170,11 @@ def main(argv: list[str] | None = None) -> int:
                     for n, (ms, _) in data["walk"].items():
                         samples.setdefault(key, {}).setdefault(f"walk {n}", []).append(ms)
             if i:
+                code = PHASES.format(root=str(ROOT))
+                _, _, out, _ = _run([sys.executable, "-S", "-c", code], envs["installed"],
+                                    Path(tmp))
+                for label, value in json.loads(out.split("RESULT ", 1)[1]).items():
+                    phases.setdefault(label, []).append(value)
                 code = IMPORTS.format(root=str(ROOT), modules=[m for _, m in FIXES])
                 _, _, out, _ = _run([sys.executable, "-S", "-c", code], envs["installed"],
                                     Path(tmp))
@@ -145,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             ms[f"installed, {pre}"]["call_ms"]["median"]
             - ms[f"collectives off, {pre}"]["call_ms"]["median"])
     result["collectives_import_ms"] = _summary(imports)
+    result["phases_ms"] = {label: _summary(values) for label, values in phases.items()}
     result["walk_ms_total"] = sum(v["median"] for k, v in ms["installed, launcher"].items()
                                   if k.startswith("walk "))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -25,10 +25,12 @@ from typing import Any, TypeVar
 
 import pluggy
 
-__all__ = ["FIXES_GROUP", "NAME", "hookimpl"]
+__all__ = ["FIXES_GROUP", "HOOK_PREFIX", "NAME", "hookimpl"]
 
 NAME = "sglang_aiter_plugin"
 FIXES_GROUP = "sglang_aiter_plugin.fixes"
+HOOK_PREFIX = "aiter_ext_"
+"""Every hook's name starts with it; a plugin's other names are never inspected."""
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 hookimpl: Callable[[_F], _F] = pluggy.HookimplMarker(NAME)

@@ -47,6 +47,14 @@ FIX_SOURCES = {
             return "applied"
     """,
     "tpf_unimportable": "raise ImportError('missing dependency zzz')\n",
+    "tpf_misnamed": """
+        from sglang_aiter_plugin import FixState, FixStatus
+        from sglang_aiter_plugin.plugin import hookimpl
+
+        @hookimpl
+        def apply_fix(context):
+            return FixStatus("misnamed", FixState.APPLIED, "never called")
+    """,
     "tpf_observer": """
         from sglang_aiter_plugin.plugin import hookimpl
         events = []
@@ -110,6 +118,20 @@ def test_a_fix_that_cannot_be_imported_or_returns_garbage_is_failed() -> None:
     assert "missing dependency zzz" in statuses["gone"].detail
     assert statuses["garbage"].state is FixState.FAILED
     assert "not a FixStatus" in statuses["garbage"].detail
+
+
+@pytest.mark.usefixtures("modules")
+def test_a_fix_that_implements_no_hook_is_failed_and_named_so() -> None:
+    """Hooks are found by their ``aiter_ext_`` name only: a marked function named otherwise is not
+    one, and a plugin left with none is a failure that says how to name them."""
+    manager = PluginManager([_third_party("misnamed", "tpf_misnamed"),
+                             _third_party("good", "tpf_good")])
+    statuses = _statuses(manager)
+    assert statuses["misnamed"].state is FixState.FAILED
+    assert "implements no hook" in statuses["misnamed"].detail
+    assert "aiter_ext_apply_fix or aiter_ext_pool_resized" in statuses["misnamed"].detail
+    assert statuses["good"].state is FixState.APPLIED
+    assert manager.pluggy.get_plugin("misnamed") is None
 
 
 @pytest.mark.usefixtures("modules")

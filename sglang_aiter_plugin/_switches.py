@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
 
 from sglang_aiter_plugin._text import shorten, summarise
 
@@ -37,13 +36,21 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-class Switches(NamedTuple):
+class Switches:
     """The parsed switches, plus the problems found while parsing them."""
 
-    enabled: bool = True
-    disabled_fixes: frozenset[str] = frozenset()
-    bounds_check: bool = False
-    problems: tuple[str, ...] = ()
+    __slots__ = ("bounds_check", "disabled_fixes", "enabled", "problems")
+
+    def __init__(self, enabled: bool = True, disabled_fixes: frozenset[str] = frozenset(),
+                 bounds_check: bool = False, problems: tuple[str, ...] = ()) -> None:
+        self.enabled = enabled
+        self.disabled_fixes = disabled_fixes
+        self.bounds_check = bounds_check
+        self.problems = problems
+
+    def __repr__(self) -> str:
+        return (f"Switches(enabled={self.enabled}, disabled_fixes={sorted(self.disabled_fixes)}, "
+                f"bounds_check={self.bounds_check}, problems={self.problems})")
 
 
 class SwitchValueError(ValueError):

@@ -7,8 +7,6 @@ backend class (pinned per release by ``tests/attention_backend/audit``).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 __all__ = [
     "AITER_MODULE",
     "CONSTRUCTION_SITES",
@@ -25,14 +23,21 @@ DRAFT_UTILS_MODULE = "sglang.srt.speculative.draft_utils"
 AITER_MODULE = "sglang.srt.layers.attention.aiter_backend"
 
 
-class Target(NamedTuple):
-    """One sglang symbol and what the fix does to it."""
+class Target:
+    """One sglang symbol and what the fix does to it; ``builds``: the aiter class this function
+    constructs (construction sites only). A plain class: this module loads at every start-up."""
 
-    module: str
-    qualname: str
-    change: str
-    builds: str | None = None
-    """The aiter class this function constructs (construction sites only)."""
+    __slots__ = ("builds", "change", "module", "qualname")
+
+    def __init__(self, module: str, qualname: str, change: str,
+                 builds: str | None = None) -> None:
+        self.module = module
+        self.qualname = qualname
+        self.change = change
+        self.builds = builds
+
+    def __repr__(self) -> str:
+        return f"Target({str(self)!r})"
 
     def __str__(self) -> str:
         return f"{self.module}:{self.qualname}"

@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Collection, Sequence
 from importlib.metadata import Distribution, EntryPoint, PathDistribution, distributions
-from typing import Any, NamedTuple
+from typing import Any
 
 import pluggy
 
@@ -33,14 +33,21 @@ logger = logging.getLogger(__name__)
 _HOOKS = tuple(name for name in spec.__all__ if name.startswith(HOOK_PREFIX))
 
 
-class FixSource(NamedTuple):
+class FixSource:
     """Where a fix comes from: a built-in module, a third-party entry point (not loaded yet), or
     a plugin object an embedder hands over in-process."""
 
-    name: str
-    module: str | None = None
-    entry_point: EntryPoint | None = None
-    plugin: object | None = None
+    __slots__ = ("entry_point", "module", "name", "plugin")
+
+    def __init__(self, name: str, module: str | None = None,
+                 entry_point: EntryPoint | None = None, plugin: object | None = None) -> None:
+        self.name = name
+        self.module = module
+        self.entry_point = entry_point
+        self.plugin = plugin
+
+    def __repr__(self) -> str:
+        return f"FixSource({self.name!r}, {self.origin})"
 
     @property
     def origin(self) -> str:
@@ -206,7 +213,7 @@ class PluginManager:
 
 
 def _call_fix(name: str, function: Any, context: FixContext) -> FixStatus:
-    context = context._replace(report=_reporting_as(name, context.report))
+    context = context.with_report(_reporting_as(name, context.report))
     try:
         result = function(context=context)
     except Exception as exc:

@@ -7,7 +7,7 @@ called per decode step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
@@ -32,27 +32,56 @@ def _ignore(status: FixStatus) -> None:
     """The default ``report``: a context built without one drops later outcomes."""
 
 
-class FixContext(NamedTuple):
-    """What a fix may look at when it decides whether and how to apply."""
-
-    plugin_version: str
-    sglang_version: Version | None
-    """The installed sglang release, or ``None`` when sglang's metadata cannot be read."""
-    report: Callable[[FixStatus], None] = _ignore
-    """Report a later outcome: a fix that returned ``pending`` calls this once its deferred
-    work has run (``applied``) or failed (``failed``); the log and ``doctor`` then show it."""
+# Plain classes: this module loads in every process at start-up (a NamedTuple or dataclass
+# costs 0.1-0.6 ms to create; see benchmarks/RESULTS.md).
 
 
-class PoolResize(NamedTuple):
-    """A grow-only buffer pool changed capacity (batch rows)."""
+class FixContext:
+    """What a fix may look at when it decides whether and how to apply.
 
-    pool: Any
-    """The :class:`~sglang_aiter_plugin.backend.pool.BufferPool` that grew."""
-    owner: Any
-    """The backend object that owns the pool."""
-    old_capacity: int
-    new_capacity: int
-    reason: str
+    ``plugin_version``; ``sglang_version``: the installed sglang release, or ``None`` when
+    sglang's metadata cannot be read; ``report``: report a later outcome (a fix that returned
+    ``pending`` calls it once its deferred work has run, ``applied``, or failed, ``failed``; the
+    log and ``doctor`` then show it).
+    """
+
+    __slots__ = ("plugin_version", "report", "sglang_version")
+
+    def __init__(self, plugin_version: str, sglang_version: Version | None,
+                 report: Callable[[FixStatus], None] = _ignore) -> None:
+        self.plugin_version = plugin_version
+        self.sglang_version = sglang_version
+        self.report = report
+
+    def with_report(self, report: Callable[[FixStatus], None]) -> FixContext:
+        """The same context reporting to ``report``."""
+        return FixContext(self.plugin_version, self.sglang_version, report)
+
+    def __repr__(self) -> str:
+        return (f"FixContext(plugin_version={self.plugin_version!r}, "
+                f"sglang_version={self.sglang_version!r})")
+
+
+class PoolResize:
+    """A grow-only buffer pool changed capacity (batch rows).
+
+    ``pool``: the :class:`~sglang_aiter_plugin.backend.pool.BufferPool` that grew; ``owner``: the
+    backend object that owns it; ``old_capacity``, ``new_capacity``; ``reason``.
+    """
+
+    __slots__ = ("new_capacity", "old_capacity", "owner", "pool", "reason")
+
+    def __init__(self, pool: Any, owner: Any, old_capacity: int, new_capacity: int,
+                 reason: str) -> None:
+        self.pool = pool
+        self.owner = owner
+        self.old_capacity = old_capacity
+        self.new_capacity = new_capacity
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return (f"PoolResize({self.old_capacity} -> {self.new_capacity} rows, "
+                f"reason={self.reason!r})")
 
 
 @_spec

@@ -69,7 +69,17 @@ from testkit.doubles.rocm_platform import simulated_rocm
 rocm = simulated_rocm()
 rocm.__enter__()
 {pre}from sglang.srt.plugins import load_plugins
+import gc
+collecting = [0.0, 0.0]  # start of the running collection, seconds spent collecting
+def timed_gc(phase, info):
+    if phase == "start":
+        collecting[0] = time.perf_counter()
+    else:
+        collecting[1] += time.perf_counter() - collecting[0]
+gc.callbacks.append(timed_gc)
 t = time.perf_counter(); load_plugins(); call = time.perf_counter() - t
+gc.callbacks.remove(timed_gc)
+gc_ms = collecting[1] * 1000
 t = time.perf_counter()
 import sglang.srt.distributed.parallel_state as ps
 after = time.perf_counter() - t
@@ -83,7 +93,7 @@ def walk(name):  # a function: no module-level name may hold the method while sg
     found = _propagate_patch(original, original, ps.GroupCoordinator)
     return [(time.perf_counter() - t) * 1000, found]
 walks = {{n: walk(n) for n in wrapped}} if {walk} else {{}}
-print("RESULT " + json.dumps({{"call_ms": call * 1000, "ps_ms": after * 1000,
+print("RESULT " + json.dumps({{"call_ms": call * 1000, "ps_ms": after * 1000, "gc_ms": gc_ms,
                                "wrapped": wrapped, "walk": walks, "modules": len(sys.modules)}}))
 """
 PRELUDES = {"launcher": "import sglang.launch_server; ", "bare": ""}
@@ -165,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 key = f"{variant}, {pre}"
                 last[key] = data
                 if i:
-                    for k in ("call_ms", "ps_ms"):
+                    for k in ("call_ms", "ps_ms", "gc_ms"):
                         samples.setdefault(key, {}).setdefault(k, []).append(data[k])
                     for n, (ms, _) in data["walk"].items():
                         samples.setdefault(key, {}).setdefault(f"walk {n}", []).append(ms)

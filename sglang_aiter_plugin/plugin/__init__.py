@@ -15,7 +15,9 @@ entry-point group :data:`FIXES_GROUP`; the entry-point name becomes the fix name
     def aiter_ext_apply_fix(context):
         return FixStatus("my-fix", FixState.APPLIED, "what it did")
 
-Callers go through :mod:`sglang_aiter_plugin.plugin.manager`, never through ``pm.hook``.
+Only names starting with :data:`HOOK_PREFIX` are looked at as hooks (as pytest does for
+``pytest_``); a module that implements no hook is reported ``failed``. Callers go through
+:mod:`sglang_aiter_plugin.plugin.manager`, never through ``pm.hook``.
 """
 
 from __future__ import annotations

@@ -134,9 +134,9 @@ def _startup_rocm(data: dict[str, Any], _: Path) -> list[str]:
         lines += ["- Garbage collection inside the `load_plugins()` call (medians): "
                   + ", ".join(f"{key} {value:.1f} ms" for key, value in gc_ms.items())
                   + ". sglang's launcher imports leave garbage behind (a discarded `ServerArgs` "
-                  "class among it); the next collection of the middle generation frees it, in whichever "
-                  "call allocates next. With the plugin that falls inside `load_plugins()`; "
-                  "without it, just after.", ""]
+                  "class among it); the next collection of the middle generation frees it, in "
+                  "whichever call allocates next. With the plugin that falls inside "
+                  "`load_plugins()`; without it, just after.", ""]
     phases = data.get("phases_ms")
     if phases:
         total = sum(v["median"] for v in phases.values())

@@ -31,7 +31,8 @@ def run_facts(benchmark: str) -> dict[str, Any]:
 
     return {
         "benchmark": benchmark,
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        # the command as typed (`python -m benchmarks.x ...`), not the module's file path
+        "command": " ".join([Path(sys.orig_argv[0]).name, *sys.orig_argv[1:]]),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "machine": f"{platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}",
         "python": platform.python_version(),

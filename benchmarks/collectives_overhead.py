@@ -10,7 +10,7 @@ and ratios. The floor is sglang's own ``HookRegistry`` wrapper around a do-nothi
 twice. A second process swaps in methods that honour every switch
 (``testkit/doubles/future_collectives.py``): each fix must say ``not needed`` and install nothing.
 
-    .venv/bin/python benchmarks/collectives_overhead.py
+    .venv/bin/python -m benchmarks.collectives_overhead
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ import argparse
 import inspect
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
-import time
 import timeit
 from pathlib import Path
 from typing import Any
+
+from benchmarks._format import run_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -154,9 +154,6 @@ def main(argv: list[str] | None = None) -> int:
                           capture_output=True, text=True, cwd=ROOT)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     future = json.loads(line[-1][7:]) if line else {"error": proc.stderr[-1500:]}
-    from importlib.metadata import version
-
-    import torch
 
     methods = {}
     for method, series in samples.items():
@@ -172,13 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                                            / ns["upstream"]["median"]),
         }
     result = {
-        "benchmark": "collectives_overhead",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}",
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "sglang": version("sglang"),
+        **run_facts("collectives_overhead"),
         "statuses": {f: statuses[f] for f in fixes if f in statuses},
         "methods": methods,
         "not_needed_case": future,

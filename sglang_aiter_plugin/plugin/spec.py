@@ -32,8 +32,8 @@ def _ignore(status: FixStatus) -> None:
     """The default ``report``: a context built without one drops later outcomes."""
 
 
-# Plain classes: this module loads in every process at start-up (a NamedTuple or dataclass
-# costs 0.1-0.6 ms to create; see benchmarks/RESULTS.md).
+# Plain classes: this module loads in every process at start-up, where creating a dataclass or
+# NamedTuple class costs more than the rest of the module.
 
 
 class FixContext:

@@ -62,7 +62,7 @@ def _expected(method: str, variant: str, kind: str, *, tms: bool, copy_in: bool,
     from sglang_aiter_plugin.fixes.collectives.switches import Switch
     from testkit.collective_facts import honoured_upstream
 
-    honoured = (frozenset(Switch) if variant == "wrapped"
+    honoured = (frozenset(Switch.ALL) if variant == "wrapped"
                 else honoured_upstream(METHODS[method], version))
     unsafe = ((tms and Switch.TMS in honoured) or (copy_in and Switch.COPY_IN in honoured)
               or (flag is False and Switch.COMM_FLAG in honoured))

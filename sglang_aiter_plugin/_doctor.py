@@ -101,7 +101,7 @@ def _check_sglang(report: Report) -> None:
     support = support_of(v)
     level = {Support.SUPPORTED: OK, Support.UNTESTED: WARN}.get(support, FAIL)
     summary = f"sglang {v or '-'}: {support}"
-    if support is Support.UNTESTED:
+    if support == Support.UNTESTED:
         summary += "; the plugin's fixes probe behaviour, but this release was never tested"
     elif support in (Support.UNSUPPORTED, Support.MISSING):
         summary += f"; supported releases: {SUPPORTED_RANGE}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import functools
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -28,14 +27,15 @@ SUPPORTED_RANGE = f"{_releases.OLDEST_SUPPORTED} to {_releases.NEWEST_TESTED}"
 """The supported releases, as a phrase for messages."""
 
 
-class Support(str, enum.Enum):
+class Support:
+    """What :func:`support_of` says of a release: one of these strings. (Constants, not an enum:
+    this module loads in every process at start-up, where creating an enum class costs more
+    than the rest of the module.)"""
+
     SUPPORTED = "supported"
     UNTESTED = "untested (newer than the compatibility matrix)"
     UNSUPPORTED = "unsupported"
     MISSING = "not installed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @functools.lru_cache(maxsize=1)
@@ -54,7 +54,7 @@ def installed_sglang_version() -> Version | None:
         return None
 
 
-def support_of(v: Version | None) -> Support:
+def support_of(v: Version | None) -> str:
     if v is None:
         return Support.MISSING
     release = Version(v.base_version)

@@ -41,7 +41,7 @@ def has_quant(v: Version) -> bool:
     return _release(v) >= FIRST_WITH_QUANT
 
 
-def honoured_upstream(fix: str, v: Version) -> frozenset[Switch]:
+def honoured_upstream(fix: str, v: Version) -> frozenset[str]:
     """Switches under which sglang ``v`` itself captures ``fix``'s collective unregistered."""
     r = _release(v)
     if fix == "capture-all-reduce":

@@ -36,20 +36,19 @@ from typing import Any
 from sglang_aiter_plugin._status import FixStatus
 from sglang_aiter_plugin.fixes.collectives.fix import Collective, Method, apply
 from sglang_aiter_plugin.fixes.collectives.hook import Hook
-from sglang_aiter_plugin.fixes.collectives.views import UnregisteredAllGather
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
 __all__ = ["COLLECTIVE", "NAME", "aiter_ext_apply_fix"]
 
 NAME = "capture-all-gather"
-HOOK = Hook(NAME, UnregisteredAllGather)
+HOOK = Hook(NAME, "UnregisteredAllGather")
 
 
 def _invoke(method: Callable[..., Any], coordinator: Any) -> Any:
     import torch
 
-    return method(coordinator, torch.zeros((2, 8)), torch.zeros((1, 8)))
+    return method(coordinator, torch.empty((2, 8)), torch.empty((1, 8)))
 
 
 def _wrap(original: Callable[..., Any], hook: Hook) -> Callable[..., Any]:

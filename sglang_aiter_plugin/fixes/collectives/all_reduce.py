@@ -65,7 +65,7 @@ _FLAG = "enable_register_for_capturing"
 def _invoke(method: Callable[..., Any], coordinator: Any) -> Any:
     import torch
 
-    return method(coordinator, torch.zeros((1, 8)), "ca")
+    return method(coordinator, torch.empty((1, 8)), "ca")
 
 
 class _AiterCommunicatorClass:
@@ -96,7 +96,7 @@ def _own_class_registers(cls: type, tms: bool) -> bool:
     import torch
 
     simulated(below_wrappers(cls, "custom_all_reduce"), tms=tms, copy_in=False)(
-        comm, torch.zeros((1, 8)))
+        comm, torch.empty((1, 8)))
     if len(calls) != 1:
         raise ProbeError(f"{cls.__name__}.custom_all_reduce made {len(calls)} all-reduce call(s) "
                          "under a simulated ROCm capture; expected one")

@@ -96,14 +96,14 @@ class Decision:
         self.install = install
 
     @property
-    def ignored(self) -> tuple[Switch, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """The switches one of the wrapped methods ignores (empty unless ``applied``).
 
         One plan serves all of a collective's methods; a switch a method already honours is
         harmless to add (sglang goes unregistered there anyway).
         """
         found = {s for _, result in self.install for s in result.ignored}
-        return tuple(s for s in Switch if s in found)
+        return tuple(s for s in Switch.ALL if s in found)
 
 
 _settled: dict[str, FixStatus] = {}
@@ -171,7 +171,7 @@ def decide(collective: Collective, cls: type, version: Version | None) -> Decisi
                                    f"{honoured}{note}"))
     unsafe = Decision(FixStatus(collective.fix, FixState.APPLIED), needed).ignored
     ignored = ", ".join(str(s) for s in unsafe)
-    honoured = ", ".join(str(s) for s in Switch if s not in unsafe) or "none"
+    honoured = ", ".join(str(s) for s in Switch.ALL if s not in unsafe) or "none"
     registers = "registers" if len(found) == 1 else "register"
     return Decision(
         FixStatus(collective.fix, FixState.APPLIED,

@@ -38,14 +38,13 @@ from typing import Any
 from sglang_aiter_plugin._status import FixStatus
 from sglang_aiter_plugin.fixes.collectives.fix import Collective, Method, apply
 from sglang_aiter_plugin.fixes.collectives.hook import Hook
-from sglang_aiter_plugin.fixes.collectives.views import UnregisteredFusedArRms
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
 __all__ = ["COLLECTIVE", "NAME", "aiter_ext_apply_fix"]
 
 NAME = "capture-fused-ar-rmsnorm"
-HOOK = Hook(NAME, UnregisteredFusedArRms)
+HOOK = Hook(NAME, "UnregisteredFusedArRms")
 _FUSED = ("self", "input_", "residual_inp_", "weight_", "eps")
 _QUANT = (*_FUSED, "group_size", "emit_bf16")
 _HIDDEN = 128  # a multiple of the per-group quant's group size
@@ -54,8 +53,8 @@ _HIDDEN = 128  # a multiple of the per-group quant's group size
 def _invoke(method: Callable[..., Any], coordinator: Any) -> Any:
     import torch
 
-    x = torch.zeros((1, _HIDDEN))
-    return method(coordinator, x, torch.zeros((1, _HIDDEN)), torch.ones(_HIDDEN), 1e-6)
+    x = torch.empty((1, _HIDDEN))
+    return method(coordinator, x, torch.empty((1, _HIDDEN)), torch.empty(_HIDDEN), 1e-6)
 
 
 def _wrap_fused(original: Callable[..., Any], hook: Hook) -> Callable[..., Any]:

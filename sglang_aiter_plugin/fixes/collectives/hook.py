@@ -5,26 +5,31 @@ when the coordinator's communicator is in capture mode; eager calls never reach 
 used only while the current stream is really capturing and the plan says registration is unsafe;
 otherwise sglang's method gets the coordinator itself (warm-up and piecewise-graph branches
 included).
+
+The views (:mod:`.views`) are imported at the first capture that needs one: nothing else at
+start-up needs them, and these modules load in every ROCm process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from sglang_aiter_plugin.fixes.collectives.switches import Plan
-from sglang_aiter_plugin.fixes.collectives.views import CoordinatorView
 
 __all__ = ["Hook"]
 
 
 class Hook:
-    """One collective's hook: ``plan`` (replaced on re-install) and its communicator view."""
+    """One collective's hook: ``plan`` (replaced on re-install) and its communicator view.
 
-    def __init__(self, name: str, view: Callable[[Any], Any]) -> None:
+    ``view``: the name of the :mod:`.views` class that wraps the communicator for sglang's
+    method (``"UnregisteredAllGather"``, ...).
+    """
+
+    def __init__(self, name: str, view: str) -> None:
         self.name = name
         self.plan: Plan | None = None
-        self._view = view
+        self.view = view
 
     def view_for(self, coordinator: Any, communicator: Any) -> Any:
         """What sglang's method gets as ``self`` during this capture-mode call."""
@@ -35,4 +40,6 @@ class Hook:
 
         if not torch.cuda.is_current_stream_capturing():
             return coordinator
-        return CoordinatorView(coordinator, self._view(communicator))
+        from sglang_aiter_plugin.fixes.collectives import views
+
+        return views.CoordinatorView(coordinator, getattr(views, self.view)(communicator))

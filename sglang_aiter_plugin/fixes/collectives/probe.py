@@ -26,7 +26,10 @@ __all__ = ["Invoke", "NotAiterPath", "ProbeError", "ProbeResult", "below_wrapper
            "probe"]
 
 Invoke = Callable[[Callable[..., Any], Any], Any]
-"""How to call the method: ``invoke(method, coordinator)`` with the method's own arguments."""
+"""How to call the method: ``invoke(method, coordinator)`` with the method's own arguments.
+
+Its tensors are ``torch.empty``: nothing reads their values (the communicator is the probe's
+model), and it is the cheapest first tensor operation a process can make."""
 
 
 class ProbeError(RuntimeError):
@@ -41,22 +44,22 @@ class ProbeResult:
 
     __slots__ = ("baseline", "methods", "under")
 
-    def __init__(self, baseline: bool, under: Mapping[Switch, bool],
+    def __init__(self, baseline: bool, under: Mapping[str, bool],
                  methods: tuple[str, ...] = ()) -> None:
         self.baseline = baseline
         self.under = under
         self.methods = methods
 
     @property
-    def ignored(self) -> tuple[Switch, ...]:
+    def ignored(self) -> tuple[str, ...]:
         """Switches under which the installed method still registers (what a fix must add)."""
         if not self.baseline:
             return ()
-        return tuple(s for s in Switch if self.under[s])
+        return tuple(s for s in Switch.ALL if self.under[s])
 
     @property
-    def honoured(self) -> tuple[Switch, ...]:
-        return tuple(s for s in Switch if s not in self.ignored)
+    def honoured(self) -> tuple[str, ...]:
+        return tuple(s for s in Switch.ALL if s not in self.ignored)
 
 
 def below_wrappers(cls: type, name: str) -> Callable[..., Any]:
@@ -74,13 +77,28 @@ def below_wrappers(cls: type, name: str) -> Callable[..., Any]:
 
 
 def parameters(cls: type, name: str) -> tuple[str, ...]:
-    """Parameter names of sglang's own ``cls.name`` (below any wrapper)."""
-    return tuple(inspect.signature(below_wrappers(cls, name)).parameters)
+    """Parameter names of sglang's own ``cls.name`` (below any wrapper), in signature order."""
+    function = below_wrappers(cls, name)
+    code = getattr(function, "__code__", None)
+    if code is None or hasattr(function, "__signature__"):
+        return tuple(inspect.signature(function).parameters)
+    # read from the code object, as inspect.signature does for a plain function, without
+    # building its Signature (these run at start-up in every ROCm process)
+    names = code.co_varnames
+    positional, keyword_only = code.co_argcount, code.co_kwonlyargcount
+    params = list(names[:positional])
+    extra = positional + keyword_only
+    if code.co_flags & inspect.CO_VARARGS:
+        params.append(names[extra])
+        extra += 1
+    params.extend(names[positional:positional + keyword_only])
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        params.append(names[extra])
+    return tuple(params)
 
 
-def _one_call(cls: type, name: str, invoke: Invoke, *, tms: bool, copy_in: bool,
+def _one_call(cls: type, name: str, method: Callable[..., Any], invoke: Invoke,
               comm_flag: bool) -> AiterCall:
-    method = simulated(below_wrappers(cls, name), tms=tms, copy_in=copy_in)
     communicator = CaptureCommunicator(register_flag=comm_flag)
     invoke(method, probe_coordinator(cls, communicator))
     if len(communicator.calls) != 1:
@@ -99,15 +117,18 @@ def probe(cls: type, name: str, invoke: Invoke) -> ProbeResult:
     :class:`ProbeError` (with the reason) when it behaves unlike any known release, and
     ``AttributeError`` when it does not exist.
     """
-    below_wrappers(cls, name)  # AttributeError / ProbeError before anything runs
-    runs = {None: {"tms": False, "copy_in": False, "comm_flag": True},
-            Switch.TMS: {"tms": True, "copy_in": False, "comm_flag": True},
-            Switch.COPY_IN: {"tms": False, "copy_in": True, "comm_flag": True},
-            Switch.COMM_FLAG: {"tms": False, "copy_in": False, "comm_flag": False}}
-    calls: dict[Switch | None, AiterCall] = {}
+    own = below_wrappers(cls, name)  # AttributeError / ProbeError before anything runs
+    # (tms, copy_in, communicator flag) per run: no switch on, then each switch alone
+    runs = {None: (False, False, True), Switch.TMS: (True, False, True),
+            Switch.COPY_IN: (False, True, True), Switch.COMM_FLAG: (False, False, False)}
+    copies: dict[tuple[bool, bool], Callable[..., Any]] = {}
+    calls: dict[str | None, AiterCall] = {}
     try:
-        for switch, kwargs in runs.items():
-            calls[switch] = _one_call(cls, name, invoke, **kwargs)
+        for switch, (tms, copy_in, comm_flag) in runs.items():
+            method = copies.get((tms, copy_in))
+            if method is None:
+                method = copies[tms, copy_in] = simulated(own, tms=tms, copy_in=copy_in)
+            calls[switch] = _one_call(cls, name, method, invoke, comm_flag)
     except (ProbeError, NotAiterPath):
         raise
     except Exception as exc:
@@ -118,6 +139,6 @@ def probe(cls: type, name: str, invoke: Invoke) -> ProbeResult:
     methods = tuple(dict.fromkeys(c.method for c in calls.values()))
     return ProbeResult(
         baseline=calls[None].registered,
-        under={s: calls[s].registered for s in Switch},
+        under={s: calls[s].registered for s in Switch.ALL},
         methods=methods,
     )

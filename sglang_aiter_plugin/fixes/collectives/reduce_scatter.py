@@ -34,20 +34,19 @@ from typing import Any
 from sglang_aiter_plugin._status import FixStatus
 from sglang_aiter_plugin.fixes.collectives.fix import Collective, Method, apply
 from sglang_aiter_plugin.fixes.collectives.hook import Hook
-from sglang_aiter_plugin.fixes.collectives.views import UnregisteredReduceScatter
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
 __all__ = ["COLLECTIVE", "NAME", "aiter_ext_apply_fix"]
 
 NAME = "capture-reduce-scatter"
-HOOK = Hook(NAME, UnregisteredReduceScatter)
+HOOK = Hook(NAME, "UnregisteredReduceScatter")
 
 
 def _invoke(method: Callable[..., Any], coordinator: Any) -> Any:
     import torch
 
-    return method(coordinator, torch.zeros((1, 8)), torch.zeros((2, 8)))
+    return method(coordinator, torch.empty((1, 8)), torch.empty((2, 8)))
 
 
 def _wrap(original: Callable[..., Any], hook: Hook) -> Callable[..., Any]:

@@ -15,7 +15,6 @@ switches sglang honours stay sglang's.
 
 from __future__ import annotations
 
-import enum
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -26,15 +25,18 @@ TMS_ENV = "SGLANG_MEMORY_SAVER_CUDA_GRAPH"
 COPY_IN_ENV = "SGLANG_AITER_CAPTURE_COPY_IN"
 
 
-class Switch(str, enum.Enum):
-    """A condition under which the capture must not register the caller's tensors."""
+class Switch:
+    """The conditions under which the capture must not register the caller's tensors.
+
+    Each is a string, its own label in statuses; :attr:`ALL` lists them in order. (Constants, not
+    an enum: this module loads in every ROCm process at start-up, where creating an enum class
+    costs more than the rest of the module.)
+    """
 
     TMS = f"{TMS_ENV}=1"
     COPY_IN = f"{COPY_IN_ENV}=1"
     COMM_FLAG = "communicator enable_register_for_capturing=False"
-
-    def __str__(self) -> str:
-        return self.value
+    ALL: tuple[str, ...] = (TMS, COPY_IN, COMM_FLAG)
 
 
 class Plan:
@@ -48,7 +50,7 @@ class Plan:
 
     __slots__ = ("copy_in", "honour_comm_flag", "ignored", "tms_switch")
 
-    def __init__(self, ignored: tuple[Switch, ...], copy_in: bool = False,
+    def __init__(self, ignored: tuple[str, ...], copy_in: bool = False,
                  tms_switch: Any = None, honour_comm_flag: bool = False) -> None:
         self.ignored = ignored
         self.copy_in = copy_in
@@ -66,7 +68,7 @@ class Plan:
         return self.tms_switch is not None and bool(self.tms_switch.get())
 
 
-def plan_for(ignored: tuple[Switch, ...], envs: Any,
+def plan_for(ignored: tuple[str, ...], envs: Any,
              environ: Mapping[str, str] | None = None) -> Plan:
     """The plan for the switches the installed sglang ignores (``envs``: sglang's ``envs``).
 

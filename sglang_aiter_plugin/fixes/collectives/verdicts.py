@@ -30,7 +30,7 @@ LABELS = {Switch.TMS: "TMS", Switch.COPY_IN: "copy-in", Switch.COMM_FLAG: "flag"
 @dataclass(frozen=True)
 class Verdict:
     status: FixStatus
-    ignored: tuple[Switch, ...]
+    ignored: tuple[str, ...]
     """The switches sglang ignores, which the fix adds (empty unless ``applied``)."""
 
     @property

@@ -173,7 +173,7 @@ def expected(method: str, branch: str, *, unsafe: bool, kind: str,
     return {"ret": None, "calls": []}  # sglang's "fusion unavailable": its unfused path
 
 
-def unsafe(*, tms: bool, copy_in: bool, flag: bool | None, honoured: frozenset[Switch]) -> bool:
+def unsafe(*, tms: bool, copy_in: bool, flag: bool | None, honoured: frozenset[str]) -> bool:
     """Whether a capture goes unregistered when exactly the ``honoured`` switches are honoured."""
     return ((tms and Switch.TMS in honoured) or (copy_in and Switch.COPY_IN in honoured)
             or (flag is False and Switch.COMM_FLAG in honoured))

@@ -23,7 +23,8 @@ def state():
                    for n in METHODS if n in ps.GroupCoordinator.__dict__}
     return {"statuses": {s.name: [s.state.value, s.detail] for s in last_statuses()},
             "settled": {n: [s.state.value, s.detail] for n, s in settled().items()},
-            "wrapped": wrapped, "imported": ps is not None}
+            "wrapped": wrapped, "imported": ps is not None,
+            "views": "sglang_aiter_plugin.fixes.collectives.views" in sys.modules}
 """.replace("METHODS", repr(tuple(METHODS)))
 
 
@@ -110,5 +111,6 @@ print("RESULT " + json.dumps({"before": before, "after_ps": after_ps, "after": s
         assert settled[fix][0] == want, settled[fix]
         assert f"sglang-aiter-plugin: {fix}={want} (" in result.stderr
     wrapped = {n for n, w in data["after"]["wrapped"].items() if w}
+    assert data["after"]["views"] is False  # imported at the first capture that needs a view
     assert wrapped == {n for n, f in METHODS.items()
                        if has_path(f, sglang_version) and n in data["after"]["wrapped"]}

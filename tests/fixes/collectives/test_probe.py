@@ -6,6 +6,7 @@ release is known to do; the probes must leave nothing behind and name what they 
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
@@ -14,7 +15,7 @@ from packaging.version import Version
 
 from sglang_aiter_plugin._status import FixState
 from sglang_aiter_plugin.fixes.collectives.fused_ar_rmsnorm import COLLECTIVE as FUSED
-from sglang_aiter_plugin.fixes.collectives.probe import ProbeError, probe
+from sglang_aiter_plugin.fixes.collectives.probe import ProbeError, parameters, probe
 from sglang_aiter_plugin.fixes.collectives.reduce_scatter import COLLECTIVE as REDUCE_SCATTER
 from sglang_aiter_plugin.fixes.collectives.switches import Switch
 from sglang_aiter_plugin.fixes.collectives.verdicts import verdicts
@@ -49,7 +50,7 @@ def test_verdict_is_what_the_release_is_known_to_need(known, found, fix: str,  #
         assert verdict.status.state is FixState.SKIPPED, verdict.status
         return
     assert verdict.status.state is FixState.APPLIED, verdict.status
-    assert set(verdict.ignored) == set(Switch) - honoured_upstream(fix, sglang_version)
+    assert set(verdict.ignored) == set(Switch.ALL) - honoured_upstream(fix, sglang_version)
 
 
 def test_all_reduce_is_not_needed_by_probe(found, sglang_version: Version) -> None:  # type: ignore[no-untyped-def]
@@ -106,7 +107,7 @@ def test_probe_looks_below_any_wrapper(parallel_state, sglang_version: Version) 
         return None
 
     setattr(Wrapped, name, unregistered_always)  # a wrapper that hides the registration
-    assert probe(Wrapped, name, FUSED.methods[0].invoke).ignored == tuple(Switch)
+    assert probe(Wrapped, name, FUSED.methods[0].invoke).ignored == Switch.ALL
 
 
 def test_probe_names_a_method_it_cannot_drive(parallel_state, sglang_version: Version) -> None:  # type: ignore[no-untyped-def]
@@ -127,3 +128,23 @@ def test_probe_names_a_method_it_cannot_drive(parallel_state, sglang_version: Ve
         probe(Raising, method.name, method.invoke)
     with pytest.raises(ProbeError, match=r"made 0 call\(s\) on aiter's communicator \(none\)"):
         probe(NeverCalls, method.name, method.invoke)
+
+
+def _f1(self, a, b=1, *args, c, d=2, **kwargs): ...  # type: ignore[no-untyped-def]
+def _f2(a, /, b, *, c): ...  # type: ignore[no-untyped-def]
+def _f3(self, **kw): ...  # type: ignore[no-untyped-def]
+def _f4(*args): ...  # type: ignore[no-untyped-def]
+
+
+@pytest.mark.parametrize("function", [_f1, _f2, _f3, _f4])
+def test_parameters_lists_names_in_signature_order(function: Any) -> None:
+    """``parameters`` reads the code object; it must agree with ``inspect.signature``."""
+    holder = type("Holder", (), {"method": function})
+    assert parameters(holder, "method") == tuple(inspect.signature(function).parameters)
+
+
+def test_parameters_of_sglangs_methods_agree_with_inspect(parallel_state) -> None:  # type: ignore[no-untyped-def]
+    cls = parallel_state.GroupCoordinator
+    for name, member in vars(cls).items():
+        if inspect.isfunction(member):
+            assert parameters(cls, name) == tuple(inspect.signature(member).parameters), name

@@ -7,7 +7,7 @@ import pytest
 from sglang_aiter_plugin.fixes.collectives.switches import Plan, Switch, plan_for
 from testkit.doubles.communicator import RecordingCommunicator
 
-ALL = tuple(Switch)
+ALL = Switch.ALL
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,12 @@ from typing import Any
 import pytest
 import torch
 
+from sglang_aiter_plugin.fixes.collectives import (
+    all_gather,
+    fused_ar_rmsnorm,
+    reduce_scatter,
+    views,
+)
 from sglang_aiter_plugin.fixes.collectives.hook import Hook
 from sglang_aiter_plugin.fixes.collectives.switches import Plan, Switch
 from sglang_aiter_plugin.fixes.collectives.views import (
@@ -91,7 +97,7 @@ def test_hook_hands_the_view_only_to_a_real_stream_capture_that_must_not_registe
     monkeypatch: pytest.MonkeyPatch, capturing: bool, unsafe: bool, wanted: str
 ) -> None:
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing)
-    hook = Hook("test", UnregisteredReduceScatter)
+    hook = Hook("test", "UnregisteredReduceScatter")
     hook.plan = Plan(ignored=(Switch.COPY_IN,), copy_in=unsafe)
     coordinator = object()
     got = hook.view_for(coordinator, RecordingCommunicator(capturing=True))
@@ -100,4 +106,13 @@ def test_hook_hands_the_view_only_to_a_real_stream_capture_that_must_not_registe
 
 def test_hook_without_a_plan_changes_nothing() -> None:
     coordinator = object()
-    assert Hook("test", UnregisteredReduceScatter).view_for(coordinator, None) is coordinator
+    assert Hook("test", "UnregisteredReduceScatter").view_for(coordinator, None) is coordinator
+
+
+@pytest.mark.parametrize(("module", "view"), [(all_gather, UnregisteredAllGather),
+                                              (reduce_scatter, UnregisteredReduceScatter),
+                                              (fused_ar_rmsnorm, UnregisteredFusedArRms)])
+def test_each_collectives_hook_names_its_view(module: Any, view: type) -> None:
+    """Hooks name their view (imported at the first capture that needs it): a wrong name would
+    fail only inside a capture."""
+    assert getattr(views, module.HOOK.view) is view

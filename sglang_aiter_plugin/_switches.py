@@ -16,8 +16,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from sglang_aiter_plugin._text import shorten, summarise
-
 __all__ = [
     "BOUNDS_CHECK_VAR",
     "DISABLE_VAR",
@@ -66,6 +64,8 @@ def _parse_flag(var: str, raw: str | None, default: bool) -> bool:
         return True
     if value in _FALSE:
         return False
+    from sglang_aiter_plugin._text import shorten  # error paths only: not a start-up import
+
     raise SwitchValueError(
         f"{var}={shorten(raw)} is not valid; accepted values: {', '.join(_TRUE + _FALSE)}"
     )
@@ -111,6 +111,8 @@ def read_switches(
         elif item not in unknown:
             unknown.append(item)
     if unknown:  # one problem, however long the list
+        from sglang_aiter_plugin._text import shorten, summarise
+
         what = f"unknown fix {shorten(unknown[0])}" if len(unknown) == 1 else (
             f"{len(unknown):,} unknown fixes: {summarise(unknown)}")
         problems.append(f"{DISABLE_VAR} names {what}; accepted names: {', '.join(known)}")

@@ -22,8 +22,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from sglang_aiter_plugin._text import shorten
-
 __all__ = [
     "EXT_NAME",
     "MARKER_ATTR",
@@ -78,6 +76,8 @@ def is_selected(server_args: Any | None) -> bool:
             return bool(value == EXT_NAME)
     value = os.environ.get(SELECTED_ENV, "0")
     if value not in ("0", "1"):
+        from sglang_aiter_plugin._text import shorten  # error path only: not a start-up import
+
         raise SelectionError(
             f"{SELECTED_ENV}={shorten(value)} is not valid; accepted values: 0, 1. The plugin "
             "writes it when it resolves the launch arguments (it is not a switch): unset it, and "

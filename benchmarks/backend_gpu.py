@@ -187,7 +187,7 @@ def gpu_main(
     print(f"capture sizes {setup.capture_bs}, max_bs {setup.max_bs}, P {POOL}", file=sys.stderr)
     result: dict[str, Any] = {
         "benchmark": benchmark,
-        "command": " ".join(["python3", *sys.argv]),
+        "command": " ".join([Path(sys.orig_argv[0]).name, *sys.orig_argv[1:]]),  # as typed
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__, "triton": triton.__version__, "sglang": sglang.__version__,

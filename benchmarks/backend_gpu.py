@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from benchmarks._format import run_facts
 from gpu import buffer_pool_graphs as harness  # blocks aiter first
 from testkit.sglang_setup import SCENARIOS, configure, write_model_dir
 
@@ -177,7 +178,6 @@ def gpu_main(
     parser.add_argument("--out", type=Path, default=ROOT / f"benchmarks/results/{benchmark}.json")
     args = parser.parse_args(argv)
     harness.install_kernel_doubles()
-    import sglang
     import triton
 
     model_dir = write_model_dir(Path(tempfile.mkdtemp()) / "tiny-llama")
@@ -186,11 +186,8 @@ def gpu_main(
     harness.fill_requests(setup.runner, POOL, seed=0)
     print(f"capture sizes {setup.capture_bs}, max_bs {setup.max_bs}, P {POOL}", file=sys.stderr)
     result: dict[str, Any] = {
-        "benchmark": benchmark,
-        "command": " ".join([Path(sys.orig_argv[0]).name, *sys.orig_argv[1:]]),  # as typed
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__, "triton": triton.__version__, "sglang": sglang.__version__,
+        **run_facts(benchmark),
+        "gpu": torch.cuda.get_device_name(), "triton": triton.__version__,
         "pool": POOL, "capture_bs": setup.capture_bs, "max_bs": setup.max_bs,
         "rounds": args.rounds, "paths": {},
     }

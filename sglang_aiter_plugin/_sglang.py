@@ -29,8 +29,8 @@ SUPPORTED_RANGE = f"{_releases.OLDEST_SUPPORTED} to {_releases.NEWEST_TESTED}"
 
 class Support:
     """What :func:`support_of` says of a release: one of these strings. (Constants, not an enum:
-    this module loads in every process at start-up, where creating an enum class costs more
-    than the rest of the module.)"""
+    this module loads in every process at start-up, where creating an enum class costs about
+    as much as the rest of the module.)"""
 
     SUPPORTED = "supported"
     UNTESTED = "untested (newer than the compatibility matrix)"

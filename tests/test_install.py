@@ -88,8 +88,8 @@ def test_the_wheel_holds_the_package_its_type_marker_and_entry_points(wheel: Pat
 
 
 def test_the_wheels_metadata_stays_small(wheel: Path) -> None:
-    """sglang's loader reads this metadata (``ep.dist.name``) in every process it starts; with the
-    README as long description (23 KB) that parse alone cost ~0.25 ms of start-up."""
+    """sglang's loader parses this whole file (``ep.dist.name``) in every process it starts, so
+    the long description is ``PYPI.md``, not the 23 KB README."""
     with zipfile.ZipFile(wheel) as zf:
         (name,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
         size = len(zf.read(name))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,13 @@ def test_the_set_up_scripts_read_the_same_source() -> None:
     assert ask("base") == _releases.BASE
     assert ask("ci").split() == list(_releases.CI)
     assert ask("tested").split() == list(_releases.TESTED)
+
+
+def test_the_package_description_names_the_supported_range() -> None:
+    """``PYPI.md`` (the package's long description) cannot read ``_releases``."""
+    text = (ROOT / "PYPI.md").read_text()
+    assert f"{_releases.OLDEST_SUPPORTED}\u2013{_releases.NEWEST_TESTED}" in text
+    assert len(re.findall(r"0\.\d+\.\d+", text)) == 2  # no other release written out
 
 
 def test_the_readme_support_statement_is_what_the_matrix_recorded() -> None:

@@ -29,7 +29,7 @@ Invoke = Callable[[Callable[..., Any], Any], Any]
 """How to call the method: ``invoke(method, coordinator)`` with the method's own arguments.
 
 Its tensors are ``torch.empty``: nothing reads their values (the communicator is the probe's
-model), and it is the cheapest first tensor operation a process can make."""
+model), and ``zeros``/``ones`` would each add their fill kernel's first-call cost at start-up."""
 
 
 class ProbeError(RuntimeError):

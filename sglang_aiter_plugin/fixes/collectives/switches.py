@@ -30,7 +30,7 @@ class Switch:
 
     Each is a string, its own label in statuses; :attr:`ALL` lists them in order. (Constants, not
     an enum: this module loads in every ROCm process at start-up, where creating an enum class
-    costs more than the rest of the module.)
+    costs about as much as the rest of the module.)
     """
 
     TMS = f"{TMS_ENV}=1"

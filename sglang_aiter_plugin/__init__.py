@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sglang_aiter_plugin._errors import AiterExtError
     from sglang_aiter_plugin._status import FixState, FixStatus
 
-__all__ = ["FixState", "FixStatus", "__version__", "register"]
+__all__ = ["AiterExtError", "FixState", "FixStatus", "__version__", "register"]
 
 
 def register() -> None:
@@ -28,6 +29,10 @@ def __getattr__(name: str) -> Any:
         from sglang_aiter_plugin._version import __version__
 
         return __version__
+    if name == "AiterExtError":
+        from sglang_aiter_plugin._errors import AiterExtError
+
+        return AiterExtError
     if name in ("FixState", "FixStatus"):
         from sglang_aiter_plugin import _status
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from packaging.version import Version
 
+from sglang_aiter_plugin._errors import shorten
 from sglang_aiter_plugin._sglang import (
     OLDEST_SUPPORTED,
     SUPPORTED_RANGE,
@@ -27,7 +28,6 @@ from sglang_aiter_plugin._sglang import (
 )
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR, Switches
-from sglang_aiter_plugin._text import shorten
 from sglang_aiter_plugin._version import __version__
 from sglang_aiter_plugin.attention_backend.marker import EXT_NAME
 from sglang_aiter_plugin.attention_backend.steps import NAME as FIX_NAME

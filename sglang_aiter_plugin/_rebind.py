@@ -18,10 +18,12 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sglang_aiter_plugin._errors import AiterExtError
+
 __all__ = ["RebindError", "rebound"]
 
 
-class RebindError(RuntimeError):
+class RebindError(AiterExtError, RuntimeError):
     """The function no longer looks up a name the plugin must resolve differently."""
 
 

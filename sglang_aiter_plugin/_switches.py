@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
+from sglang_aiter_plugin._errors import AiterExtError
+
 __all__ = [
     "BOUNDS_CHECK_VAR",
     "DISABLE_VAR",
@@ -51,7 +53,7 @@ class Switches:
                 f"bounds_check={self.bounds_check}, problems={self.problems})")
 
 
-class SwitchValueError(ValueError):
+class SwitchValueError(AiterExtError, ValueError):
     """An environment switch holds a value outside its accepted values."""
 
 
@@ -64,7 +66,7 @@ def _parse_flag(var: str, raw: str | None, default: bool) -> bool:
         return True
     if value in _FALSE:
         return False
-    from sglang_aiter_plugin._text import shorten  # error paths only: not a start-up import
+    from sglang_aiter_plugin._errors import shorten  # error paths only: not a start-up import
 
     raise SwitchValueError(
         f"{var}={shorten(raw)} is not valid; accepted values: {', '.join(_TRUE + _FALSE)}"
@@ -111,7 +113,7 @@ def read_switches(
         elif item not in unknown:
             unknown.append(item)
     if unknown:  # one problem, however long the list
-        from sglang_aiter_plugin._text import shorten, summarise
+        from sglang_aiter_plugin._errors import shorten, summarise
 
         what = f"unknown fix {shorten(unknown[0])}" if len(unknown) == 1 else (
             f"{len(unknown):,} unknown fixes: {summarise(unknown)}")

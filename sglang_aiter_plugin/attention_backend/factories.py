@@ -19,6 +19,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin.attention_backend import marker
 from sglang_aiter_plugin.attention_backend.targets import (
     AITER_MODULE,
@@ -43,7 +44,7 @@ DRAFT_FACTORY_METHODS = tuple(
 _WRAPPED_FLAG = "__sglang_aiter_plugin_factory__"
 
 
-class UnfoldedSelectionError(RuntimeError):
+class UnfoldedSelectionError(AiterExtError, RuntimeError):
     """``aiter-ext`` reached the model runner without having been resolved as ``aiter``."""
 
 

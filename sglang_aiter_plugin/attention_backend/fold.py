@@ -29,6 +29,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._log import log
 from sglang_aiter_plugin.attention_backend import marker
 
@@ -45,7 +46,7 @@ SOURCE = "sglang_aiter_plugin"
 _WRAPPED_FLAG = "__sglang_aiter_plugin_fold__"
 
 
-class BackendChoiceError(ValueError):
+class BackendChoiceError(AiterExtError, ValueError):
     """A launch that selects ``aiter-ext`` in a way the plugin cannot make behave like ``aiter``."""
 
 

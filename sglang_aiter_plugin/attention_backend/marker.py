@@ -22,6 +22,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from sglang_aiter_plugin._errors import AiterExtError
+
 __all__ = [
     "EXT_NAME",
     "MARKER_ATTR",
@@ -39,7 +41,7 @@ MARKER_ATTR = "_aiter_ext_impl"
 SELECTED_ENV = "SGLANG_AITER_EXT_SELECTED"
 
 
-class SelectionError(ValueError):
+class SelectionError(AiterExtError, ValueError):
     """The recorded choice of backend class cannot be read."""
 
 
@@ -76,7 +78,7 @@ def is_selected(server_args: Any | None) -> bool:
             return bool(value == EXT_NAME)
     value = os.environ.get(SELECTED_ENV, "0")
     if value not in ("0", "1"):
-        from sglang_aiter_plugin._text import shorten  # error path only: not a start-up import
+        from sglang_aiter_plugin._errors import shorten  # error path only: not a start-up import
 
         raise SelectionError(
             f"{SELECTED_ENV}={shorten(value)} is not valid; accepted values: 0, 1. The plugin "

@@ -17,6 +17,8 @@ import importlib
 import importlib.util
 import sys
 
+from sglang_aiter_plugin._errors import AiterExtError
+
 __all__ = [
     "AiterUnavailableError",
     "aiter_problem",
@@ -31,7 +33,7 @@ WAY_OUT = (
 )
 
 
-class AiterUnavailableError(RuntimeError):
+class AiterUnavailableError(AiterExtError, RuntimeError):
     """``aiter-ext`` was selected on a machine where AMD's aiter kernels cannot run."""
 
 

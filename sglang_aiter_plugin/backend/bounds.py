@@ -20,6 +20,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from sglang_aiter_plugin._errors import AiterExtError
+
 __all__ = ["METADATA_METHODS", "BatchTooLargeError", "install_bounds_check", "is_checked"]
 
 METADATA_METHODS = (
@@ -33,7 +35,7 @@ METADATA_METHODS = (
 _CHECKED = "__aiter_ext_bounds_checked__"
 
 
-class BatchTooLargeError(ValueError):
+class BatchTooLargeError(AiterExtError, ValueError):
     """A CUDA-graph metadata call asked for more batch rows than the frozen pool holds."""
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin.backend.pool import BufferSpec, Fill
 
 __all__ = [
@@ -44,7 +45,7 @@ NOT_PER_BATCH: frozenset[str] = frozenset(
 )
 
 
-class UnknownBatchBufferError(RuntimeError):
+class UnknownBatchBufferError(AiterExtError, RuntimeError):
     """The installed backend holds a batch-sized buffer the pool does not know how to grow."""
 
 

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sglang_aiter_plugin._errors import AiterExtError
+
 __all__ = [
     "BatchCapacity",
     "BatchCapacityError",
@@ -41,7 +43,7 @@ _COMMON = "sglang.srt.utils.common"
 _CP_PADDING = ("sglang.srt.layers.cp.padding", "sglang.srt.layers.utils.cp_utils")
 
 
-class BatchCapacityError(RuntimeError):
+class BatchCapacityError(AiterExtError, RuntimeError):
     """The installed sglang exposes neither the batch-size rule nor the pieces to apply it."""
 
 

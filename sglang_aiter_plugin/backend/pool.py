@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from sglang_aiter_plugin._errors import AiterExtError
+
 __all__ = ["Binding", "BufferPool", "BufferSpec", "Fill", "PoolFrozenError"]
 
 logger = logging.getLogger(__name__)
@@ -82,7 +84,7 @@ class Binding:
     row: int | None = None
 
 
-class PoolFrozenError(RuntimeError):
+class PoolFrozenError(AiterExtError, RuntimeError):
     """The pool was asked to grow after CUDA graphs were captured against its buffers."""
 
 

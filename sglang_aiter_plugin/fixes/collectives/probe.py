@@ -14,6 +14,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin.fixes.collectives.aiter_model import AiterCall, CaptureCommunicator
 from sglang_aiter_plugin.fixes.collectives.simulation import (
     NotAiterPath,
@@ -32,7 +33,7 @@ Its tensors are ``torch.empty``: nothing reads their values (the communicator is
 model), and ``zeros``/``ones`` would each add their fill kernel's first-call cost at start-up."""
 
 
-class ProbeError(RuntimeError):
+class ProbeError(AiterExtError, RuntimeError):
     """The installed method did not behave like any release the probe understands."""
 
 

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._rebind import rebound
 from sglang_aiter_plugin.fixes.collectives.aiter_model import WORLD_SIZE, CaptureCommunicator
 from sglang_aiter_plugin.fixes.collectives.switches import COPY_IN_ENV, TMS_ENV
@@ -37,7 +38,7 @@ _ABSENT_BACKENDS = ("pynccl_comm", "pymscclpp_comm", "qr_comm", "torch_symm_mem_
                     "device_group", "cpu_group")
 
 
-class NotAiterPath(Exception):
+class NotAiterPath(AiterExtError):
     """sglang took a collective other than aiter's (raised instead of communicating)."""
 
 

@@ -1,10 +1,19 @@
-"""Echoing what a user typed, without echoing a hundred kilobytes of it."""
+"""The plugin's one exception base, and how its messages echo what a user typed."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["shorten", "summarise"]
+__all__ = ["AiterExtError", "shorten", "summarise"]
+
+
+class AiterExtError(Exception):
+    """Base of every exception the plugin raises: ``except AiterExtError`` catches them all.
+
+    Each subclass also derives from the built-in exception it has always been (``ValueError``,
+    ``RuntimeError``), so existing ``except`` clauses keep working.
+    """
+
 
 LIMIT = 80
 """Characters of a value shown before it is cut."""

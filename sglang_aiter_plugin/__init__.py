@@ -18,15 +18,24 @@ __all__ = ["AiterExtError", "FixState", "FixStatus", "__version__", "register"]
 
 
 def register() -> None:
-    """Entry point of the ``sglang.srt.plugins`` group. Never raises into sglang."""
-    from sglang_aiter_plugin._registration import register as _register
+    """Entry point of the ``sglang.srt.plugins`` group. Never raises into sglang, even when a
+    module of the package does not import (a broken install): it logs why, and changes nothing."""
+    try:
+        from sglang_aiter_plugin._registration import register as _register
+    except Exception:
+        import logging
+        import traceback
 
+        logging.getLogger(__name__).error(
+            "sglang-aiter-plugin failed to register; sglang is unchanged\n%s",
+            traceback.format_exc())
+        return
     _register()
 
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":
-        from sglang_aiter_plugin._version import __version__
+        from sglang_aiter_plugin._releases import __version__
 
         return __version__
     if name == "AiterExtError":

@@ -1,7 +1,9 @@
 """``sglang-aiter-plugin doctor``: what this machine, this sglang and this plugin will do.
 
 Every line comes from a probe that ran now: package metadata, a fresh interpreter running
-sglang's own plugin loader, the fixes applied in this process. Nothing is assumed.
+sglang's own plugin loader, the fixes applied in this process. Nothing is assumed, and nothing
+stops the report: a check that cannot import or run what it needs (a broken install) becomes a
+``FAIL`` row naming the error, and the other checks still run.
 """
 
 from __future__ import annotations
@@ -14,32 +16,30 @@ import re
 import subprocess
 import sys
 import textwrap
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from packaging.version import Version
+if TYPE_CHECKING:
+    from packaging.version import Version
 
-from sglang_aiter_plugin._errors import shorten
-from sglang_aiter_plugin._sglang import (
-    OLDEST_SUPPORTED,
-    SUPPORTED_RANGE,
-    Support,
-    installed_sglang_version,
-    support_of,
-)
-from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR, Switches
-from sglang_aiter_plugin._version import __version__
-from sglang_aiter_plugin.attention_backend.marker import EXT_NAME
-from sglang_aiter_plugin.attention_backend.steps import NAME as FIX_NAME
+    from sglang_aiter_plugin._status import FixStatus
+    from sglang_aiter_plugin._switches import Switches
 
-__all__ = ["Check", "Report", "collect", "naming_note", "render_json", "render_table"]
+__all__ = ["Check", "Report", "collect", "describe", "naming_note", "render_json", "render_table"]
 
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 ENTRY_POINT_NAME = "aiter_ext"
+# the backend name users type and its fix's name (attention_backend), known when it is broken
+EXT_NAME, FIX_NAME = "aiter-ext", "attention-backend"
 INSTALL_HINT = (
     "`pip install .` in a checkout of sglang-aiter-plugin, or `pip install git+<its repository "
     "URL>`; see the README"
 )
+NEED_SGLANG = "discovery, fixes, selection"
+"""The checks that need sglang to import, named once where sglang does not."""
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -56,24 +56,60 @@ class Report:
     def add(self, name: str, level: str, summary: str) -> None:
         self.checks.append(Check(name, level, summary))
 
+    def run(self, name: str, check: Callable[..., _T], *args: Any) -> _T | None:
+        """``check(self, *args)``; whatever it raises becomes a ``FAIL`` row called ``name``."""
+        try:
+            return check(self, *args)
+        except Exception as exc:
+            self.add(name, FAIL, f"doctor could not check this: {describe(exc)}")
+            return None
+
     @property
     def exit_code(self) -> int:
         return 1 if any(c.level == FAIL for c in self.checks) else 0
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` and the file it comes from: a broken install shows where it lies."""
+    text = f"{type(exc).__name__}: {exc}"
+    text = text if len(text) <= 300 else f"{text[:300]}... ({len(text):,} characters in all)"
+    if isinstance(exc, SyntaxError):
+        return f"{text} (in {exc.filename})"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    return f"{text} (in {frames[-1].filename}, line {frames[-1].lineno})" if frames else text
 
 
 def collect(selected_backend: str | None = None) -> Report:
     """Run every probe. ``selected_backend`` is the backend the user intends to launch with."""
     report = Report()
     discovery = _start_discovery()  # a fresh interpreter, running while this one probes
-    report.add("plugin", INFO, f"sglang-aiter-plugin {__version__}")
-    _check_sglang(report)
-    _check_platform(report, selected_backend)
-    loaded = _check_discovery(report, discovery)
-    switches, statuses = _check_fixes(report)
-    if selected_backend is not None:
-        _check_selection(report, selected_backend, loaded, switches, statuses)
-    report.add("naming", INFO, naming_note(installed_sglang_version()))
+    report.run("plugin", _check_plugin)
+    sglang_imports = report.run("sglang", _check_sglang)
+    aiter_problem = report.run("aiter", _check_platform, selected_backend)
+    if sglang_imports is False:  # said once, in the sglang row: these checks need it
+        discovery.kill()
+        discovery.communicate()
+        report.run("switches", _check_switches)
+        return report
+    loaded = report.run("discovery", _check_discovery, discovery)
+    fixes = report.run("fixes", _check_fixes)
+    if selected_backend is not None and fixes is not None:
+        report.run("selection", _check_selection, selected_backend, bool(loaded), *fixes,
+                   aiter_problem)
+    report.run("naming", _naming)
     return report
+
+
+def _check_plugin(report: Report) -> None:
+    from sglang_aiter_plugin._releases import __version__
+
+    report.add("plugin", INFO, f"sglang-aiter-plugin {__version__}")
+
+
+def _naming(report: Report) -> None:
+    from sglang_aiter_plugin._sglang import installed_sglang_version
+
+    report.add("naming", INFO, naming_note(installed_sglang_version()))
 
 
 def naming_note(version: Version | None) -> str:
@@ -84,6 +120,8 @@ def naming_note(version: Version | None) -> str:
         "'aiter-ext' as 'aiter'' at start-up, and the backend objects are its AiterExt* classes "
         "(shown wherever sglang logs a backend's class name)"
     )
+    from packaging.version import Version
+
     if version is not None and version >= Version("0.5.19"):
         return (
             f"{common}. /server_info and the post-resolution server_args log say "
@@ -96,24 +134,44 @@ def naming_note(version: Version | None) -> str:
     )
 
 
-def _check_sglang(report: Report) -> None:
+def _check_sglang(report: Report) -> bool:
+    """The installed release, and whether it imports here: what every later check needs."""
+    from sglang_aiter_plugin._sglang import (
+        SUPPORTED_RANGE,
+        Support,
+        installed_sglang_version,
+        support_of,
+    )
+
     v = installed_sglang_version()
     support = support_of(v)
+    if v is None:
+        report.add("sglang", FAIL, f"sglang is not installed for this Python ({sys.executable}); "
+                   f"supported releases: {SUPPORTED_RANGE}. Not checked without it: {NEED_SGLANG}")
+        return False
     level = {Support.SUPPORTED: OK, Support.UNTESTED: WARN}.get(support, FAIL)
-    summary = f"sglang {v or '-'}: {support}"
+    summary = f"sglang {v}: {support}"
     if support == Support.UNTESTED:
         summary += "; the plugin's fixes probe behaviour, but this release was never tested"
-    elif support in (Support.UNSUPPORTED, Support.MISSING):
+    elif support == Support.UNSUPPORTED:
         summary += f"; supported releases: {SUPPORTED_RANGE}"
+    try:
+        import sglang  # noqa: F401  (what sglang's loader has done before it calls the plugin)
+    except Exception as exc:
+        report.add("sglang", FAIL, f"{summary}, but `import sglang` fails here: {describe(exc)}. "
+                   f"Not checked while it fails: {NEED_SGLANG}")
+        return False
     report.add("sglang", level, summary)
+    return True
 
 
-def _check_platform(report: Report, selected_backend: str | None) -> None:
+def _check_platform(report: Report, selected_backend: str | None) -> str | None:
+    """The platform row, and the aiter row with why ``aiter-ext`` cannot run here (or ``None``)."""
     try:
         import torch
     except Exception as exc:
         report.add("platform", FAIL, f"torch does not import: {exc!r}")
-        return
+        return "torch does not import"
     hip = getattr(torch.version, "hip", None)
     cuda = getattr(torch.version, "cuda", None)
     if hip:
@@ -130,8 +188,9 @@ def _check_platform(report: Report, selected_backend: str | None) -> None:
     if problem is None:
         report.add("aiter", OK, "import aiter works; aiter-ext can run")
     else:
-        level = FAIL if selected_backend == "aiter-ext" else WARN
+        level = FAIL if selected_backend == EXT_NAME else WARN
         report.add("aiter", level, f"aiter-ext cannot run here: {problem}")
+    return problem
 
 
 _DISCOVERY_PROBE = textwrap.dedent(
@@ -139,10 +198,24 @@ _DISCOVERY_PROBE = textwrap.dedent(
     import json, sys
     sys.modules.setdefault("aiter", None)
     from sglang.srt import plugins
-    found = {ep.name: ep.value for ep in plugins.entry_points(group=plugins.GENERAL_PLUGINS_GROUP)}
+    eps = {ep.name: ep for ep in plugins.entry_points(group=plugins.GENERAL_PLUGINS_GROUP)}
     loaded = plugins.load_plugins_by_group(plugins.GENERAL_PLUGINS_GROUP,
                                            excluded_dists=plugins._get_excluded_dists())
-    print(json.dumps({"found": found, "loaded": sorted(loaded)}))
+    error = None
+    if "aiter_ext" in eps and "aiter_ext" not in loaded:
+        try:  # what sglang's loader met: the same load again, its error kept
+            eps["aiter_ext"].load()
+        except Exception as exc:
+            module = sys.modules.get("sglang_aiter_plugin")
+            where = getattr(module, "__file__", None) or list(getattr(module, "__path__", []))
+            error = f"{type(exc).__name__}: {exc} (sglang_aiter_plugin from {where})"
+    if "aiter_ext" in loaded:
+        try:  # loaded, but did register() import what it needs? (it logs, never raises)
+            from sglang_aiter_plugin._registration import last_statuses
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+    found = {name: ep.value for name, ep in eps.items()}
+    print(json.dumps({"found": found, "loaded": sorted(loaded), "error": error}))
     """
 )
 
@@ -156,9 +229,13 @@ def _start_discovery() -> subprocess.Popen[str]:
 
 def _failure_cause(stderr: str) -> str:
     """The loader's real failure, from the last exception line of the fresh interpreter."""
+    from sglang_aiter_plugin._errors import shorten
+    from sglang_aiter_plugin._sglang import OLDEST_SUPPORTED, SUPPORTED_RANGE
+
     lines = [ln for ln in stderr.strip().splitlines() if re.match(r"^[A-Za-z_][\w.]*: ", ln)]
     last = lines[-1] if lines else (stderr.strip().splitlines() or ["no output"])[-1]
-    if "No module named 'sglang.srt.plugins'" in last:
+    if ("No module named 'sglang.srt.plugins'" in last
+            or "cannot import name 'plugins' from 'sglang.srt'" in last):  # 0.5.10: no __init__
         return (f"this sglang has no plugin loader (sglang.srt.plugins appeared in "
                 f"{OLDEST_SUPPORTED}); supported releases: {SUPPORTED_RANGE}")
     if "No module named 'sglang'" in last:
@@ -168,6 +245,8 @@ def _failure_cause(stderr: str) -> str:
 
 def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> bool:
     """Ask sglang's own loader, in a fresh interpreter with this environment, what it loads."""
+    from sglang_aiter_plugin._errors import shorten
+
     try:
         out, err = proc.communicate(timeout=300)
     except subprocess.TimeoutExpired:
@@ -181,6 +260,10 @@ def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> bool:
         return False
     plugins = os.environ.get("SGLANG_PLUGINS")
     platform_name = os.environ.get("SGLANG_PLATFORM")
+    if ENTRY_POINT_NAME in result["loaded"] and result["error"]:
+        report.add("discovery", FAIL, f"sglang's load_plugins() loads '{ENTRY_POINT_NAME}', but "
+                   f"its register() failed, so sglang is unchanged: {result['error']}")
+        return False
     if ENTRY_POINT_NAME in result["loaded"]:
         report.add("discovery", OK, f"sglang's load_plugins() loads '{ENTRY_POINT_NAME}' "
                    "in a fresh process")
@@ -191,6 +274,9 @@ def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> bool:
     elif plugins:
         report.add("discovery", FAIL, f"SGLANG_PLUGINS={shorten(plugins)} leaves "
                    f"'{ENTRY_POINT_NAME}' out; add it to the list or unset the variable")
+    elif result["error"]:
+        report.add("discovery", FAIL, "entry point found but sglang failed to load it: "
+                   f"{shorten(result['error'], 300)[1:-1]}")
     elif platform_name:
         report.add("discovery", FAIL, f"SGLANG_PLATFORM={shorten(platform_name)} "
                    "excludes this distribution")
@@ -200,14 +286,24 @@ def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> bool:
 
 
 def _check_selection(report: Report, name: str, loaded: bool, switches: Switches,
-                     statuses: list[FixStatus]) -> None:
+                     statuses: list[FixStatus], aiter_problem: str | None) -> None:
     """Whether ``--attention-backend NAME`` can be selected with this sglang and these switches."""
+    from sglang_aiter_plugin._errors import shorten
+    from sglang_aiter_plugin._sglang import (
+        SUPPORTED_RANGE,
+        Support,
+        installed_sglang_version,
+        support_of,
+    )
+    from sglang_aiter_plugin._status import FixState
+    from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR
+
     choices = _sglang_choices()
     if name != EXT_NAME:
         known = [*(choices or []), EXT_NAME]
         if choices is not None and name not in choices:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = f"; did you mean {close[0]!r}?" if close else "."
             report.add("selection", FAIL, f"{shorten(name)} is not an attention backend of this "
                        f"sglang{hint} The launch would fail with `invalid choice`.")
         else:
@@ -216,7 +312,7 @@ def _check_selection(report: Report, name: str, loaded: bool, switches: Switches
         return
     reasons = []
     support = support_of(installed_sglang_version())
-    if support in (Support.UNSUPPORTED, Support.MISSING):
+    if support == Support.UNSUPPORTED:
         reasons.append(f"sglang is {support} (supported releases: {SUPPORTED_RANGE})")
     if not switches.enabled:
         reasons.append(f"the plugin is switched off ({ENABLE_VAR}=0)")
@@ -232,6 +328,10 @@ def _check_selection(report: Report, name: str, loaded: bool, switches: Switches
     if reasons:
         report.add("selection", FAIL, f"--attention-backend {EXT_NAME} cannot be selected: "
                    f"{'; '.join(reasons)}. The launch would fail with `invalid choice`.")
+    elif aiter_problem is not None:  # the cause is the aiter row; this is what follows from it
+        report.add("selection", FAIL, f"--attention-backend {EXT_NAME} is accepted, but the "
+                   "launch stops when it resolves its arguments: aiter-ext cannot run here "
+                   "(see aiter)")
     else:
         report.add("selection", OK, f"--attention-backend {EXT_NAME} can be selected")
 
@@ -249,6 +349,7 @@ def _check_fixes(report: Report) -> tuple[Switches, list[FixStatus]]:
     import importlib
 
     from sglang_aiter_plugin._registration import last_statuses, run_fixes
+    from sglang_aiter_plugin._status import FixState
 
     switches, statuses = run_fixes()
     for module in {m for s in statuses if s.state is FixState.PENDING for m in s.waiting_for}:
@@ -257,6 +358,20 @@ def _check_fixes(report: Report) -> tuple[Switches, list[FixStatus]]:
         except Exception as exc:
             report.add("fixes", WARN, f"cannot import {module} as sglang would: {exc!r}")
     statuses = last_statuses() or statuses
+    _check_switches(report, switches)
+    for status in statuses:  # pending here: the import sglang makes at launch did not happen
+        level = {FixState.FAILED: FAIL, FixState.PENDING: WARN}.get(status.state, OK)
+        text = status.state.value + (f": {status.detail}" if status.detail else "")
+        report.add(f"fix {status.name}", level, text)
+    return switches, statuses
+
+
+def _check_switches(report: Report, switches: Switches | None = None) -> None:
+    """One row per bad switch value (reported whether the plugin is on or off), or one ok row."""
+    if switches is None:
+        from sglang_aiter_plugin._registration import run_fixes
+
+        switches = run_fixes()[0]
     for problem in switches.problems:
         report.add("switches", FAIL, problem)
     if not switches.problems:
@@ -266,11 +381,6 @@ def _check_fixes(report: Report) -> tuple[Switches, list[FixStatus]]:
         report.add(
             "switches", OK, f"plugin {state}; disabled fixes: {off}; batch bounds check: {check}"
         )
-    for status in statuses:  # pending here: the import sglang makes at launch did not happen
-        level = {FixState.FAILED: FAIL, FixState.PENDING: WARN}.get(status.state, OK)
-        text = status.state.value + (f": {status.detail}" if status.detail else "")
-        report.add(f"fix {status.name}", level, text)
-    return switches, statuses
 
 
 def render_table(report: Report) -> str:

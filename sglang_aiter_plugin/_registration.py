@@ -11,10 +11,10 @@ import logging
 import threading
 
 from sglang_aiter_plugin._log import log as _log
+from sglang_aiter_plugin._releases import __version__
 from sglang_aiter_plugin._sglang import Support, installed_sglang_version, support_of
 from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin._switches import ENABLE_VAR, Switches, read_switches
-from sglang_aiter_plugin._version import __version__
+from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR, Switches, read_switches
 from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 
 __all__ = ["last_statuses", "register", "run_fixes"]
@@ -34,9 +34,15 @@ def run_fixes() -> tuple[Switches, list[FixStatus]]:
         builtin = [name for name, _ in BUILTIN_FIXES]
         switches = read_switches(builtin)
         if not switches.enabled:
-            # Switched off: touch nothing, not even the plugin manager (pluggy, entry-point scan);
-            # third-party fix names are unknown then, so the disable list is not checked.
-            _switches = Switches(enabled=False, disabled_fixes=switches.disabled_fixes)
+            # Switched off: touch nothing, not even the plugin manager (pluggy, entry-point scan),
+            # unless the disable list names a fix the plugin does not ship: only the scan of the
+            # installed fixes can tell a third-party name from a typo. Bad values are still told.
+            if any(p.startswith(DISABLE_VAR) for p in switches.problems):
+                from sglang_aiter_plugin.plugin.manager import fix_sources
+
+                switches = read_switches([s.name for s in fix_sources()[0]])
+            _switches = Switches(enabled=False, disabled_fixes=switches.disabled_fixes,
+                                 problems=switches.problems)
             _statuses = {n: FixStatus(n, FixState.DISABLED, f"{ENABLE_VAR}=0") for n in builtin}
             return _switches, list(_statuses.values())
         from sglang_aiter_plugin.plugin.manager import PluginManager, fix_sources, install_manager

@@ -1,13 +1,24 @@
-"""The sglang releases this plugin supports and tests: the one place they are written down.
+"""The plugin's version and the sglang releases it supports and tests: the one place they are
+written down.
 
 Plain strings and the standard library only, so that the set-up scripts can read this file before
-any dependency is installed (``tools/sglang-releases``). ``pyproject.toml`` cannot import it; a test
-checks that its ``sglang`` requirement agrees.
+any dependency is installed (``tools/sglang-releases``). ``pyproject.toml`` reads ``__version__``
+from here; it cannot import the rest, so a test checks that its ``sglang`` requirement agrees.
 """
 
 from __future__ import annotations
 
-__all__ = ["BASE", "CI", "NEWEST_TESTED", "OLDEST_SUPPORTED", "SUPPORTED_BELOW", "TESTED"]
+__all__ = [
+    "BASE",
+    "CI",
+    "NEWEST_TESTED",
+    "OLDEST_SUPPORTED",
+    "SUPPORTED_BELOW",
+    "TESTED",
+    "__version__",
+]
+
+__version__ = "0.1.0"
 
 OLDEST_SUPPORTED = "0.5.11"
 """The first release with ``sglang.srt.plugins`` (absent in 0.5.10)."""

@@ -85,7 +85,8 @@ def fold(server_args: Any, *, declare: bool) -> list[str]:
     if folded:
         from sglang_aiter_plugin.backend._availability import require_rocm_host
 
-        require_rocm_host()  # before sglang detects devices or loads anything
+        # before sglang detects devices or loads anything; the message names the flag typed
+        require_rocm_host(f"--{folded[0].replace('_', '-')}")
         _check(server_args, named)
         renamed = dict.fromkeys(folded, marker.STOCK_NAME)
         if declare:

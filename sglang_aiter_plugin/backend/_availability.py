@@ -29,7 +29,7 @@ __all__ = [
 
 WAY_OUT = (
     "Use sglang's ROCm image (it ships aiter) on an MI300/MI355-class GPU, or choose another "
-    "attention backend (e.g. --attention-backend triton)."
+    "attention backend (e.g. {flag} triton)."
 )
 
 
@@ -67,16 +67,17 @@ def aiter_problem() -> str | None:
     return None
 
 
-def _error(problem: str) -> AiterUnavailableError:
-    return AiterUnavailableError(f"--attention-backend aiter-ext cannot run here: {problem}. "
-                                 f"{WAY_OUT}")
+def _error(problem: str, flag: str = "--attention-backend") -> AiterUnavailableError:
+    return AiterUnavailableError(f"{flag} aiter-ext cannot run here: {problem}. "
+                                 f"{WAY_OUT.format(flag=flag)}")
 
 
-def require_rocm_host() -> None:
-    """Raise :class:`AiterUnavailableError` if :func:`host_problem` finds one (no aiter import)."""
+def require_rocm_host(flag: str = "--attention-backend") -> None:
+    """Raise :class:`AiterUnavailableError` if :func:`host_problem` finds one (no aiter import);
+    its message names ``flag``, the option that selected ``aiter-ext``."""
     problem = host_problem()
     if problem is not None:
-        raise _error(problem)
+        raise _error(problem, flag)
 
 
 def require_aiter() -> None:

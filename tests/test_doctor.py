@@ -1,4 +1,8 @@
-"""`sglang-aiter-plugin doctor`: table and JSON output, exit codes that mean something."""
+"""`sglang-aiter-plugin doctor`: table and JSON output, exit codes that mean something.
+
+Each run of the console script costs seconds, so one run checks every row it can; what needs no
+fresh process (the selection rules, the table layout) is checked in this one.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,16 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
+from pathlib import Path
 from typing import Any
 
 import pytest
 from packaging.version import Version
+
+from sglang_aiter_plugin import _releases
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -54,139 +64,202 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
     assert checks["switches"]["summary"].endswith("batch bounds check: off")
 
 
-def test_bounds_check_is_shown_and_a_bad_value_fails() -> None:
-    on = doctor("--json", env={"SGLANG_AITER_EXT_BOUNDS_CHECK": "1"})
-    assert on.returncode == 0
-    checks = {c["name"]: c for c in json.loads(on.stdout)["checks"]}
-    assert checks["switches"]["summary"].endswith("batch bounds check: on")
-    bad = doctor(env={"SGLANG_AITER_EXT_BOUNDS_CHECK": "maybe"})
-    assert bad.returncode == 1
-    assert "SGLANG_AITER_EXT_BOUNDS_CHECK='maybe' is not valid" in bad.stdout
-
-
-def test_table_is_human_readable() -> None:
-    proc = doctor()
-    assert proc.returncode == 0
-    lines = proc.stdout.splitlines()
-    assert any(ln.startswith("ok    discovery") for ln in lines)
-    assert lines[-1] == "doctor: no problems found"
-
-
-def test_selecting_aiter_ext_without_aiter_fails() -> None:
-    proc = doctor("--attention-backend", "aiter-ext")
-    assert proc.returncode == 1
-    assert "FAIL  aiter" in proc.stdout
-    assert "aiter-ext cannot run here" in proc.stdout
-
-
-def test_allow_list_excluding_the_plugin_fails_with_the_way_out() -> None:
-    proc = doctor("--json", env={"SGLANG_PLUGINS": "other"})
-    assert proc.returncode == 1
-    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
-    assert checks["discovery"]["level"] == "FAIL"
-    assert "SGLANG_PLUGINS='other' leaves 'aiter_ext' out" in checks["discovery"]["summary"]
-
-
-def test_bad_switch_fails() -> None:
-    proc = doctor(env={"SGLANG_AITER_EXT": "perhaps"})
-    assert proc.returncode == 1
-    assert "SGLANG_AITER_EXT='perhaps' is not valid" in proc.stdout
-
-
-def test_disabled_plugin_is_shown_as_disabled() -> None:
-    proc = doctor("--json", env={"SGLANG_AITER_EXT": "0"})
-    assert proc.returncode == 0
-    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
-    assert checks["fix attention-backend"]["summary"] == "disabled: SGLANG_AITER_EXT=0"
-
-
 def _checks(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, str]]:
     return {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
 
 
-@pytest.mark.parametrize(
-    ("env", "reason"),
-    [
-        ({"SGLANG_AITER_EXT": "0"}, "the plugin is switched off (SGLANG_AITER_EXT=0)"),
-        ({"SGLANG_AITER_EXT_DISABLE": "attention-backend"},
-         "the attention-backend fix is disabled (SGLANG_AITER_EXT_DISABLE)"),
-        ({"SGLANG_PLUGINS": "some_other_plugin"},
-         "sglang's plugin loader does not load the plugin"),
-    ],
-)
-def test_aiter_ext_that_cannot_be_selected_is_a_failure_with_the_reason(
-    env: dict[str, str], reason: str
-) -> None:
-    proc = doctor("--json", "--attention-backend", "aiter-ext", env=env)
+def test_the_table_lists_every_row_and_the_verdict(default_json: dict[str, Any]) -> None:
+    from sglang_aiter_plugin import _doctor
+
+    report = _doctor.Report([_doctor.Check(**c) for c in default_json["checks"]])
+    lines = _doctor.render_table(report).splitlines()
+    assert any(ln.startswith("ok    discovery  ") for ln in lines)
+    assert lines[-2:] == ["", "doctor: no problems found"]
+    report.add("x", "FAIL", "y")
+    assert _doctor.render_table(report).endswith("\ndoctor: problems found")
+
+
+def test_sglangs_own_backend_is_left_alone_and_the_bounds_check_is_shown() -> None:
+    proc = doctor("--json", "--attention-backend", "triton",
+                  env={"SGLANG_AITER_EXT_BOUNDS_CHECK": "1"})
+    assert proc.returncode == 0, proc.stdout
+    checks = _checks(proc)
+    assert "leaves it as upstream ships it" in checks["selection"]["summary"]
+    assert checks["switches"]["summary"].endswith("batch bounds check: on")
+
+
+def test_every_bad_switch_value_is_a_failing_row() -> None:
+    names = ",".join(f"nope{i}" for i in range(5000))
+    proc = doctor(env={"SGLANG_AITER_EXT": "perhaps", "SGLANG_AITER_EXT_BOUNDS_CHECK": "maybe",
+                       "SGLANG_AITER_EXT_DISABLE": names})
     assert proc.returncode == 1
-    selection = _checks(proc)["selection"]
+    rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("FAIL  switches")]
+    assert len(rows) == 3, rows
+    assert "SGLANG_AITER_EXT='perhaps' is not valid" in rows[0]
+    assert "SGLANG_AITER_EXT_BOUNDS_CHECK='maybe' is not valid" in rows[1]
+    assert "5,000 unknown fixes: 'nope0', 'nope1', 'nope2', 'nope3', 'nope4' and 4,995 more" in (
+        rows[2])
+
+
+def test_bad_switch_values_fail_while_the_plugin_is_off() -> None:
+    proc = doctor("--json", "--attention-backend", "aiter-ext",
+                  env={"SGLANG_AITER_EXT": "0", "SGLANG_AITER_EXT_BOUNDS_CHECK": "maybe",
+                       "SGLANG_AITER_EXT_DISABLE": "foo"})
+    assert proc.returncode == 1
+    checks = json.loads(proc.stdout)["checks"]
+    switches = [c for c in checks if c["name"] == "switches"]
+    assert [c["level"] for c in switches] == ["FAIL", "FAIL"]
+    assert "SGLANG_AITER_EXT_BOUNDS_CHECK='maybe' is not valid" in switches[0]["summary"]
+    assert "SGLANG_AITER_EXT_DISABLE names unknown fix 'foo'" in switches[1]["summary"]
+    by_name = {c["name"]: c for c in checks}
+    assert by_name["fix attention-backend"]["summary"] == "disabled: SGLANG_AITER_EXT=0"
+    selection = by_name["selection"]
     assert selection["level"] == "FAIL"
-    assert reason in selection["summary"]
+    assert "the plugin is switched off (SGLANG_AITER_EXT=0)" in selection["summary"]
     assert "invalid choice" in selection["summary"]
 
 
-def test_selection_is_ok_when_nothing_stands_in_the_way() -> None:
+def test_selecting_aiter_ext_without_aiter_fails_and_says_so_once() -> None:
+    proc = doctor("--json", "--attention-backend", "aiter-ext")
+    assert proc.returncode == 1
+    checks = _checks(proc)
+    assert checks["aiter"]["level"] == "FAIL"
+    assert checks["aiter"]["summary"].startswith("aiter-ext cannot run here: ")
+    # sglang accepts the name, the launch stops: never `ok ... can be selected` beside it
+    assert checks["selection"] == {
+        "name": "selection", "level": "FAIL",
+        "summary": "--attention-backend aiter-ext is accepted, but the launch stops when it "
+                   "resolves its arguments: aiter-ext cannot run here (see aiter)"}
+
+
+def test_an_allow_list_excluding_the_plugin_fails_with_the_way_out() -> None:
+    proc = doctor("--json", "--attention-backend", "aiter-ext",
+                  env={"SGLANG_PLUGINS": "some_other_plugin"})
+    assert proc.returncode == 1
+    checks = _checks(proc)
+    assert checks["discovery"]["level"] == "FAIL"
+    assert ("SGLANG_PLUGINS='some_other_plugin' leaves 'aiter_ext' out"
+            in checks["discovery"]["summary"])
+    assert checks["selection"]["level"] == "FAIL"
+    assert ("sglang's plugin loader does not load the plugin (see discovery)"
+            in checks["selection"]["summary"])
+
+
+def _selection(name: str, *, switches: Any = None, statuses: Any = (),
+               aiter_problem: str | None = None) -> tuple[str, str]:
     from sglang_aiter_plugin import _doctor
-    from sglang_aiter_plugin._status import FixState, FixStatus
     from sglang_aiter_plugin._switches import Switches
 
     report = _doctor.Report()
-    applied = [FixStatus("attention-backend", FixState.APPLIED, "")]
-    _doctor._check_selection(report, "aiter-ext", True, Switches(), applied)
+    _doctor._check_selection(report, name, True, switches or Switches(), list(statuses),
+                             aiter_problem)
     (check,) = report.checks
-    assert (check.level, check.summary) == ("ok", "--attention-backend aiter-ext can be selected")
+    return check.level, check.summary
+
+
+def test_selection_is_ok_only_when_nothing_stands_in_the_way() -> None:
+    from sglang_aiter_plugin._status import FixState, FixStatus
+    from sglang_aiter_plugin._switches import Switches
+
+    applied = [FixStatus("attention-backend", FixState.APPLIED, "")]
+    assert _selection("aiter-ext", statuses=applied) == (
+        "ok", "--attention-backend aiter-ext can be selected")
     failed = [FixStatus("attention-backend", FixState.FAILED, "it broke")]
-    report = _doctor.Report()
-    _doctor._check_selection(report, "aiter-ext", True, Switches(), failed)
-    assert report.checks[0].level == "FAIL"
-    assert "the attention-backend fix failed: it broke" in report.checks[0].summary
+    level, summary = _selection("aiter-ext", statuses=failed)
+    assert level == "FAIL"
+    assert "the attention-backend fix failed: it broke" in summary
+    level, summary = _selection(
+        "aiter-ext", statuses=applied,
+        switches=Switches(disabled_fixes=frozenset({"attention-backend"})))
+    assert level == "FAIL"
+    assert "the attention-backend fix is disabled (SGLANG_AITER_EXT_DISABLE)" in summary
+    # ROCm torch but no aiter package: the host check's answer, and the launch stops on it
+    level, summary = _selection("aiter-ext", statuses=applied,
+                                aiter_problem="no aiter package is installed for this Python")
+    assert level == "FAIL"
+    assert summary.endswith("the launch stops when it resolves its arguments: aiter-ext cannot "
+                            "run here (see aiter)")
 
 
 @pytest.mark.parametrize("typo", ["aiter_ext", "aiterext", "aiter-ex"])
 def test_a_likely_typo_of_aiter_ext_fails_with_a_suggestion(typo: str) -> None:
-    proc = doctor("--json", "--attention-backend", typo)
-    assert proc.returncode == 1
-    selection = _checks(proc)["selection"]
-    assert selection["level"] == "FAIL"
-    assert f"'{typo}' is not an attention backend of this sglang" in selection["summary"]
-    assert "did you mean 'aiter-ext'?" in selection["summary"]
+    level, summary = _selection(typo)
+    assert level == "FAIL"
+    assert summary == (f"'{typo}' is not an attention backend of this sglang; did you mean "
+                       "'aiter-ext'? The launch would fail with `invalid choice`.")
 
 
-def test_sglangs_own_backend_is_left_alone() -> None:
-    proc = doctor("--json", "--attention-backend", "triton")
-    assert proc.returncode == 0, proc.stdout
-    assert "leaves it as upstream ships it" in _checks(proc)["selection"]["summary"]
+def test_an_unknown_name_without_a_suggestion_is_a_sentence() -> None:
+    assert _selection("") == ("FAIL", "'' is not an attention backend of this sglang. The launch "
+                                      "would fail with `invalid choice`.")
 
 
-def test_a_discovery_failure_shows_its_real_cause() -> None:
-    from sglang_aiter_plugin._doctor import _DISCOVERY_PROBE
-
+def test_sglang_that_does_not_import_is_said_once() -> None:
+    """SGLANG_PLATFORM naming no platform makes 0.5.19+ fail `import sglang`; every check that
+    needs sglang would fail from it, so they are named in the sglang row, not run."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
     env["SGLANG_PLATFORM"] = "garbage"
-    loader = subprocess.run([sys.executable, "-c", _DISCOVERY_PROBE], capture_output=True,
-                            text=True, env=env, timeout=600)
-    proc = doctor("--json", env={"SGLANG_PLATFORM": "garbage"})
-    discovery = _checks(proc)["discovery"]
-    if loader.returncode == 0:  # this release's loader ignores an unknown platform name
-        pytest.skip("sglang's loader of this release accepts SGLANG_PLATFORM='garbage'")
-    cause = loader.stderr.strip().splitlines()[-1]
+    imports = subprocess.run([sys.executable, "-c", "import sglang"], capture_output=True,
+                             text=True, env=env, timeout=600)
+    if imports.returncode == 0:
+        pytest.skip("this sglang release imports with SGLANG_PLATFORM='garbage'")
+    cause = imports.stderr.strip().splitlines()[-1]
+    proc = doctor("--json", "--attention-backend", "aiter-ext", env={"SGLANG_PLATFORM": "garbage"})
     assert proc.returncode == 1
-    assert discovery["level"] == "FAIL"
-    assert cause[:120] in discovery["summary"]
-    assert "IndexError" not in discovery["summary"]
+    checks = json.loads(proc.stdout)["checks"]
+    (sglang,) = [c for c in checks if c["name"] == "sglang"]
+    assert sglang["level"] == "FAIL"
+    assert f"but `import sglang` fails here: {cause[:120]}" in sglang["summary"]
+    assert sglang["summary"].endswith("Not checked while it fails: discovery, fixes, selection")
+    assert [c["name"] for c in checks] == ["plugin", "sglang", "platform", "aiter", "switches"]
+    assert "KeyError" not in proc.stdout
 
 
-def test_huge_values_are_shortened_and_long_lists_summarised() -> None:
-    huge = "x" * 100_000
-    proc = doctor(env={"SGLANG_AITER_EXT": huge})
-    assert proc.returncode == 1
-    assert len(proc.stdout) < 20_000
-    assert "(100,000 characters in all)" in proc.stdout
-    names = ",".join(f"nope{i}" for i in range(5000))
-    proc = doctor("--json", env={"SGLANG_AITER_EXT_DISABLE": names})
-    assert proc.returncode == 1
-    problems = [c for c in json.loads(proc.stdout)["checks"] if c["name"] == "switches"]
-    assert len(problems) == 1
-    assert "5,000 unknown fixes: 'nope0', 'nope1', 'nope2', 'nope3', 'nope4' and 4,995 more" in (
-        problems[0]["summary"]
-    )
+def test_without_sglang_doctor_says_it_is_not_installed(tmp_path: Path) -> None:
+    """A Python that has every dependency but sglang (links to this environment's packages)."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for entry in site.iterdir():
+        if not entry.name.startswith(("sglang", "_editable")) and entry.suffix != ".pth":
+            (deps / entry.name).symlink_to(entry)
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "PYTHON"))}
+    env["PYTHONPATH"] = f"{deps}{os.pathsep}{root}"
+    proc = subprocess.run([sys.executable, "-S", "-m", "sglang_aiter_plugin", "doctor", "--json",
+                           "--attention-backend", "aiter-ext"], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    checks = json.loads(proc.stdout)["checks"]
+    (sglang,) = [c for c in checks if c["name"] == "sglang"]
+    assert sglang["summary"] == (
+        f"sglang is not installed for this Python ({sys.executable}); supported releases: "
+        f"{_releases.OLDEST_SUPPORTED} to {_releases.NEWEST_TESTED}. Not checked without it: "
+        "discovery, fixes, selection")
+    assert [c["name"] for c in checks] == ["plugin", "sglang", "platform", "aiter", "switches"]
+    assert "invalid choice" not in proc.stdout
+
+
+LOADER_ERROR_0_5_10 = (
+    "ImportError: cannot import name 'plugins' from 'sglang.srt' (unknown location)")
+
+
+def test_a_release_without_a_plugin_loader_is_named() -> None:
+    """0.5.10 has neither sglang.srt.plugins nor sglang/srt/__init__.py: its error is not
+    `No module named`. Checked on the words, and on the real release where it is installed."""
+    from sglang_aiter_plugin._doctor import _DISCOVERY_PROBE, _failure_cause
+
+    want = ("this sglang has no plugin loader (sglang.srt.plugins appeared in "
+            f"{_releases.OLDEST_SUPPORTED}); supported releases: {_releases.OLDEST_SUPPORTED} to "
+            f"{_releases.NEWEST_TESTED}")
+    assert _failure_cause(f"Traceback ...\n{LOADER_ERROR_0_5_10}\n") == want
+    assert _failure_cause("ModuleNotFoundError: No module named 'sglang.srt.plugins'") == want
+    release = ROOT / ".sglang-releases" / "0.5.10"
+    if not (release / ".complete").is_file():
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    env["PYTHONPATH"] = str(release)
+    real = subprocess.run([sys.executable, "-c", _DISCOVERY_PROBE], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert real.stderr.strip().splitlines()[-1] == LOADER_ERROR_0_5_10
+    assert _failure_cause(real.stderr) == want

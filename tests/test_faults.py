@@ -192,3 +192,31 @@ def test_the_recorded_choice_reads_back(
     else:
         monkeypatch.setenv(SELECTED_ENV, value)
     assert is_selected(None) is selected
+
+
+FLAG_TYPED = """
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang.srt.server_args import prepare_server_args
+errors = []
+for flag in ("--speculative-draft-attention-backend", "--decode-attention-backend"):
+    try:
+        args = prepare_server_args(["--model-path", "dummy", "--attention-backend", "triton",
+                                    flag, "aiter-ext"])
+        if hasattr(args, "resolve_once"):
+            args.resolve_once()
+        errors.append(None)
+    except Exception as exc:
+        errors.append(f"{type(exc).__name__}: {exc}")
+print("RESULT " + json.dumps(errors))
+"""
+
+
+def test_the_error_names_the_flag_that_selected_aiter_ext() -> None:
+    """No ROCm here: the launch stops at argument resolution, naming the option the user typed."""
+    speculative, decode = run_python(FLAG_TYPED).data
+    for flag, error in (("--speculative-draft-attention-backend", speculative),
+                        ("--decode-attention-backend", decode)):
+        assert error.startswith(f"AiterUnavailableError: {flag} aiter-ext cannot run here: ")
+        assert error.endswith(f"(e.g. {flag} triton).")
+        assert "--attention-backend aiter-ext" not in error

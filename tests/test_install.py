@@ -61,7 +61,8 @@ def _dependencies_without_this_project(target: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``python -m build --wheel`` on a copy of the tracked files (no artefacts in the tree)."""
+    """``python -m build --wheel``, as the README says, in a clone-like copy of the tracked files;
+    the build leaves nothing in the tree but the ignored ``dist/``."""
     tmp = tmp_path_factory.mktemp("build")
     files = _run(["git", "ls-files", "-z"], ROOT).split("\0")
     source = tmp / "source"
@@ -69,9 +70,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if (ROOT / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
-    _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp)],
-         source)
-    (built,) = tmp.glob("sglang_aiter_plugin-*.whl")
+    _run(["git", "init", "-q"], source)
+    _run(["git", "add", "-A"], source)
+    _run([sys.executable, "-m", "build", "--wheel", "--no-isolation"], source)
+    status = _run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], source)
+    left = [ln for ln in status.splitlines() if not ln.startswith("A  ")]
+    (built,) = (source / "dist").glob("sglang_aiter_plugin-*.whl")
+    assert left == [f"!! dist/{built.name}"]  # no egg-info, no build/, dist/ ignored
     return built
 
 

@@ -101,20 +101,9 @@ print("RESULT " + json.dumps(state()))
     )
     assert result.returncode == 0
     assert result.data["choices"] == 1  # invalid value keeps the default: enabled
+    warnings = [ln for ln in result.stderr.splitlines() if "WARNING" in ln]
+    assert len(warnings) == 3, warnings  # one line per problem
     assert "SGLANG_AITER_EXT='maybe' is not valid; accepted values: 1, true" in result.stderr
     assert "SGLANG_AITER_EXT_DISABLE names unknown fix 'no-such-fix'" in result.stderr
     assert "attention-backend" in result.stderr  # the accepted names are listed
     assert "SGLANG_AITER_EXT_BOUNDS_CHECK='2' is not valid" in result.stderr
-
-
-def test_huge_switch_values_give_short_log_lines() -> None:
-    code = "from sglang.srt.plugins import load_plugins\nload_plugins()\nprint('RESULT {}')\n"
-    names = ",".join(f"nope{i}" for i in range(5000))
-    result = run_python(code, env={"SGLANG_AITER_EXT": "y" * 100_000,
-                                   "SGLANG_AITER_EXT_DISABLE": names})
-    assert result.returncode == 0, result.stderr[-3000:]
-    warnings = [ln for ln in result.stderr.splitlines() if "WARNING" in ln]
-    assert len(warnings) == 2, warnings[:5]
-    assert len(result.stderr) < 10_000
-    assert "(100,000 characters in all)" in result.stderr
-    assert "5,000 unknown fixes: 'nope0'" in result.stderr

@@ -59,3 +59,15 @@ def test_bounds_check_garbage_is_a_problem_at_load_and_an_error_for_the_backend(
     assert "an aiter-ext backend will refuse it" in problem
     with pytest.raises(SwitchValueError, match="SGLANG_AITER_EXT_BOUNDS_CHECK='always'"):
         bounds_check_requested(env)
+
+
+def test_huge_values_give_short_problems() -> None:
+    """What a user may paste by mistake: one bounded problem per variable."""
+    names = ",".join(f"nope{i}" for i in range(5000))
+    s = read_switches(KNOWN, {"SGLANG_AITER_EXT": "y" * 100_000, "SGLANG_AITER_EXT_DISABLE": names})
+    enable, disable = s.problems
+    assert enable.startswith("SGLANG_AITER_EXT='yyyy")
+    assert "(100,000 characters in all)" in enable
+    assert "5,000 unknown fixes: 'nope0', 'nope1', 'nope2', 'nope3', 'nope4' and 4,995 more" in (
+        disable)
+    assert max(len(enable), len(disable)) < 400

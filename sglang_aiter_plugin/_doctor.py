@@ -85,7 +85,7 @@ def collect(selected_backend: str | None = None) -> Report:
     discovery = _start_discovery()  # a fresh interpreter, running while this one probes
     report.run("plugin", _check_plugin)
     sglang_imports = report.run("sglang", _check_sglang)
-    aiter_problem = report.run("aiter", _check_platform, selected_backend)
+    report.run("aiter", _check_platform, selected_backend)
     if sglang_imports is False:  # said once, in the sglang row: these checks need it
         discovery.kill()
         discovery.communicate()
@@ -94,8 +94,7 @@ def collect(selected_backend: str | None = None) -> Report:
     loaded = report.run("discovery", _check_discovery, discovery)
     fixes = report.run("fixes", _check_fixes)
     if selected_backend is not None and fixes is not None:
-        report.run("selection", _check_selection, selected_backend, bool(loaded), *fixes,
-                   aiter_problem)
+        report.run("selection", _check_selection, selected_backend, bool(loaded), *fixes)
     report.run("naming", _naming)
     return report
 
@@ -165,13 +164,12 @@ def _check_sglang(report: Report) -> bool:
     return True
 
 
-def _check_platform(report: Report, selected_backend: str | None) -> str | None:
-    """The platform row, and the aiter row with why ``aiter-ext`` cannot run here (or ``None``)."""
+def _check_platform(report: Report, selected_backend: str | None) -> None:
     try:
         import torch
     except Exception as exc:
         report.add("platform", FAIL, f"torch does not import: {exc!r}")
-        return "torch does not import"
+        return
     hip = getattr(torch.version, "hip", None)
     cuda = getattr(torch.version, "cuda", None)
     if hip:
@@ -190,7 +188,6 @@ def _check_platform(report: Report, selected_backend: str | None) -> str | None:
     else:
         level = FAIL if selected_backend == EXT_NAME else WARN
         report.add("aiter", level, f"aiter-ext cannot run here: {problem}")
-    return problem
 
 
 _DISCOVERY_PROBE = textwrap.dedent(
@@ -286,7 +283,7 @@ def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> bool:
 
 
 def _check_selection(report: Report, name: str, loaded: bool, switches: Switches,
-                     statuses: list[FixStatus], aiter_problem: str | None) -> None:
+                     statuses: list[FixStatus]) -> None:
     """Whether ``--attention-backend NAME`` can be selected with this sglang and these switches."""
     from sglang_aiter_plugin._errors import shorten
     from sglang_aiter_plugin._sglang import (
@@ -328,7 +325,7 @@ def _check_selection(report: Report, name: str, loaded: bool, switches: Switches
     if reasons:
         report.add("selection", FAIL, f"--attention-backend {EXT_NAME} cannot be selected: "
                    f"{'; '.join(reasons)}. The launch would fail with `invalid choice`.")
-    elif aiter_problem is not None:  # the cause is the aiter row; this is what follows from it
+    elif any(c.name == "aiter" and c.level == FAIL for c in report.checks):  # what follows
         report.add("selection", FAIL, f"--attention-backend {EXT_NAME} is accepted, but the "
                    "launch stops when it resolves its arguments: aiter-ext cannot run here "
                    "(see aiter)")

@@ -147,13 +147,16 @@ def test_an_allow_list_excluding_the_plugin_fails_with_the_way_out() -> None:
 
 def _selection(name: str, *, switches: Any = None, statuses: Any = (),
                aiter_problem: str | None = None) -> tuple[str, str]:
+    """The selection row, after an aiter row failing on ``aiter_problem`` (if any)."""
     from sglang_aiter_plugin import _doctor
     from sglang_aiter_plugin._switches import Switches
 
     report = _doctor.Report()
-    _doctor._check_selection(report, name, True, switches or Switches(), list(statuses),
-                             aiter_problem)
-    (check,) = report.checks
+    if aiter_problem is not None:
+        report.add("aiter", "FAIL", f"aiter-ext cannot run here: {aiter_problem}")
+    _doctor._check_selection(report, name, True, switches or Switches(), list(statuses))
+    check = report.checks[-1]
+    assert check.name == "selection"
     return check.level, check.summary
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from sglang_aiter_plugin import _doctor, _releases
+from sglang_aiter_plugin import _doctor, _releases, _sglang
 from sglang_aiter_plugin._sglang import Support, support_of
 
 OLDEST = Version(_releases.OLDEST_SUPPORTED)
@@ -47,7 +47,7 @@ def test_support_of(version: Version | None, support: str) -> None:
 def test_doctor_warns_on_untested_and_fails_on_unsupported(
     version: Version, level: str, words: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_doctor, "installed_sglang_version", lambda: version)
+    monkeypatch.setattr(_sglang, "installed_sglang_version", lambda: version)
     report = _doctor.Report()
     _doctor._check_sglang(report)
     (check,) = report.checks

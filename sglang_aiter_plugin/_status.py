@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from typing import Any
 
@@ -29,64 +30,30 @@ class FixState(str, enum.Enum):
         return self.value
 
 
+@dataclasses.dataclass(frozen=True)
 class FixStatus:
     """The status one fix reports, with a human-readable reason.
 
-    Immutable, compared and hashed by value; ``_replace`` makes a changed copy. (A plain class,
-    not a NamedTuple or dataclass: this module loads in every process at start-up, where
-    creating either kind of class costs more than the rest of the module.)
+    Immutable, compared and hashed by value; ``_replace`` makes a changed copy.
     """
-
-    __slots__ = ("detail", "name", "state", "waiting_for")
 
     name: str
     state: FixState
-    detail: str
-    waiting_for: tuple[str, ...]
+    detail: str = ""
+    waiting_for: tuple[str, ...] = ()
     """``pending`` only: the sglang modules whose import completes the fix."""
 
-    def __init__(self, name: str, state: FixState, detail: str = "",
-                 waiting_for: tuple[str, ...] = ()) -> None:
-        init = object.__setattr__
-        init(self, "name", name)
-        init(self, "state", state)
-        init(self, "detail", detail)
-        init(self, "waiting_for", tuple(waiting_for))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"FixStatus is immutable; use _replace({name}=...) for a copy")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError("FixStatus is immutable")
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "waiting_for", tuple(self.waiting_for))
 
     def _replace(self, **changes: Any) -> FixStatus:
         """A copy with the given fields changed (as a NamedTuple's ``_replace``)."""
-        fields: dict[str, Any] = {"name": self.name, "state": self.state,
-                                  "detail": self.detail, "waiting_for": self.waiting_for}
-        unknown = sorted(set(changes) - set(fields))
+        names = [field.name for field in dataclasses.fields(self)]
+        unknown = sorted(set(changes) - set(names))
         if unknown:
             raise TypeError(f"FixStatus has no field {', '.join(unknown)}; fields: "
-                            f"{', '.join(fields)}")
-        fields.update(changes)
-        return FixStatus(**fields)
-
-    def __reduce__(self) -> tuple[type[FixStatus], tuple[str, FixState, str, tuple[str, ...]]]:
-        return (FixStatus, self._key())  # pickle and copy: rebuilt through __init__
-
-    def _key(self) -> tuple[str, FixState, str, tuple[str, ...]]:
-        return (self.name, self.state, self.detail, self.waiting_for)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, FixStatus):
-            return NotImplemented
-        return self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return (f"FixStatus(name={self.name!r}, state={self.state!r}, detail={self.detail!r}, "
-                f"waiting_for={self.waiting_for!r})")
+                            f"{', '.join(names)}")
+        return dataclasses.replace(self, **changes)
 
     def as_dict(self) -> dict[str, object]:
         data: dict[str, object] = {"name": self.name, "state": self.state.value,

@@ -21,8 +21,8 @@ def use_manager(
 ) -> PluginManager:
     """The process-wide manager, for this test only: built-in fixes (unless ``builtin=False``,
     which imports none of them) and ``plugins`` registered in-process."""
-    sources = [FixSource(n, module=m) for n, m in BUILTIN_FIXES] if builtin else []
-    sources += [FixSource(name, plugin=plugin) for name, plugin in plugins]
+    sources = [FixSource.builtin(n, v) for n, v in BUILTIN_FIXES] if builtin else []
+    sources += [FixSource.in_process(name, plugin) for name, plugin in plugins]
     manager = PluginManager(sources)
     monkeypatch.setattr(manager_module, "current_manager", lambda: manager)
     return manager

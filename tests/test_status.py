@@ -21,9 +21,10 @@ def test_statuses_compare_and_hash_by_value() -> None:
 
 def test_a_status_cannot_be_changed_in_place() -> None:
     status = FixStatus("f", FixState.APPLIED)
-    with pytest.raises(AttributeError, match="_replace"):
-        status.state = FixState.FAILED
+    with pytest.raises(AttributeError, match="cannot assign to field 'state'"):
+        status.state = FixState.FAILED  # type: ignore[misc]
     assert status.state is FixState.APPLIED
+    assert FixStatus("f", FixState.PENDING, waiting_for=["m"]).waiting_for == ("m",)  # type: ignore[arg-type]
 
 
 def test_replace_changes_only_the_named_fields_and_refuses_unknown_ones() -> None:

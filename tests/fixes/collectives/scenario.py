@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from sglang_aiter_plugin.fixes.collectives.switches import Switch
+from sglang_aiter_plugin.fixes.collectives.probe import Condition
 from testkit.collective_facts import FIRST_WITH_PIECEWISE_FUSED, has_path, has_quant
 from testkit.doubles.communicator import MARK
 from testkit.subproc import run_python
@@ -173,7 +173,8 @@ def expected(method: str, branch: str, *, unsafe: bool, kind: str,
     return {"ret": None, "calls": []}  # sglang's "fusion unavailable": its unfused path
 
 
-def unsafe(*, tms: bool, copy_in: bool, flag: bool | None, honoured: frozenset[str]) -> bool:
-    """Whether a capture goes unregistered when exactly the ``honoured`` switches are honoured."""
-    return ((tms and Switch.TMS in honoured) or (copy_in and Switch.COPY_IN in honoured)
-            or (flag is False and Switch.COMM_FLAG in honoured))
+def unsafe(*, tms: bool, copy_in: bool, flag: bool | None,
+           honoured: frozenset[Condition]) -> bool:
+    """Whether a capture goes unregistered when exactly the ``honoured`` conditions are honoured."""
+    return ((tms and Condition.TMS in honoured) or (copy_in and Condition.COPY_IN in honoured)
+            or (flag is False and Condition.COMM_FLAG in honoured))

@@ -14,7 +14,6 @@ FIXES = ("capture-all-reduce", "capture-all-gather", "capture-reduce-scatter",
 STATE = """
 import sys
 from sglang_aiter_plugin._registration import last_statuses
-from sglang_aiter_plugin.fixes.collectives.fix import settled
 def state():
     ps = sys.modules.get("sglang.srt.distributed.parallel_state")
     wrapped = {}
@@ -22,9 +21,7 @@ def state():
         wrapped = {n: hasattr(ps.GroupCoordinator.__dict__[n], "__wrapped__")
                    for n in METHODS if n in ps.GroupCoordinator.__dict__}
     return {"statuses": {s.name: [s.state.value, s.detail] for s in last_statuses()},
-            "settled": {n: [s.state.value, s.detail] for n, s in settled().items()},
-            "wrapped": wrapped, "imported": ps is not None,
-            "views": "sglang_aiter_plugin.fixes.collectives.views" in sys.modules}
+            "wrapped": wrapped, "imported": ps is not None}
 """.replace("METHODS", repr(tuple(METHODS)))
 
 
@@ -102,15 +99,15 @@ print("RESULT " + json.dumps({"before": before, "after_ps": after_ps, "after": s
         waits_for = ("sglang.srt.distributed.device_communicators.custom_all_reduce"
                      if fix == "capture-all-reduce" else "sglang.srt.distributed.parallel_state")
         assert f"decided when sglang imports {waits_for} (" in detail
-    assert sorted(data["after_ps"]["settled"]) == sorted(FIXES[1:])
-    settled = data["after"]["settled"]
-    assert sorted(settled) == sorted(FIXES)
-    assert settled["capture-all-reduce"][0] == "not needed"
+    after_ps = data["after_ps"]["statuses"]
+    assert {f for f in FIXES if after_ps[f][0] == "pending"} == {"capture-all-reduce"}
+    decided = data["after"]["statuses"]
+    assert decided["capture-all-reduce"][0] == "not needed"
     for fix in FIXES[1:]:
         want = "applied" if has_path(fix, sglang_version) else "skipped"
-        assert settled[fix][0] == want, settled[fix]
+        assert after_ps[fix] == decided[fix]
+        assert decided[fix][0] == want, decided[fix]
         assert f"sglang-aiter-plugin: {fix}={want} (" in result.stderr
     wrapped = {n for n, w in data["after"]["wrapped"].items() if w}
-    assert data["after"]["views"] is False  # imported at the first capture that needs a view
     assert wrapped == {n for n, f in METHODS.items()
                        if has_path(f, sglang_version) and n in data["after"]["wrapped"]}

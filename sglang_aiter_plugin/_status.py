@@ -10,24 +10,27 @@ __all__ = ["FixState", "FixStatus"]
 
 
 class FixState(str, enum.Enum):
-    """What happened to one fix in this process."""
+    """What happened to one fix in this process.
+
+    * ``applied``: the fix's changes are in place in this process;
+    * ``pending``: part of the fix (or its decision) waits for sglang to import a module; nothing
+      more is installed until then, and the fix reports its outcome when that happens;
+    * ``not needed``: upstream already behaves correctly here; nothing was installed;
+    * ``skipped``: the fix does not apply to this sglang or platform (e.g. the patched method is
+      absent);
+    * ``disabled``: a switch turned the fix off (``SGLANG_AITER_EXT=0`` or
+      ``SGLANG_AITER_EXT_DISABLE``);
+    * ``failed``: probing or applying raised; sglang keeps running without this fix.
+    """
 
     APPLIED = "applied"
-    """The fix's changes are in place in this process."""
     PENDING = "pending"
-    """Part of the fix (or its decision) waits for sglang to import a module; nothing more is
-    installed until then, and the fix reports its outcome when that happens."""
     NOT_NEEDED = "not needed"
-    """Upstream already behaves correctly here; nothing was installed."""
     SKIPPED = "skipped"
-    """The fix does not apply to this sglang or platform (e.g. the patched method is absent)."""
     DISABLED = "disabled"
-    """A switch turned the fix off (``SGLANG_AITER_EXT=0`` or ``SGLANG_AITER_EXT_DISABLE``)."""
     FAILED = "failed"
-    """Probing or applying raised; sglang keeps running without this fix."""
 
-    def __str__(self) -> str:
-        return self.value
+    __str__ = str.__str__  # the value, as enum.StrEnum (Python 3.11+) does
 
 
 @dataclasses.dataclass(frozen=True)

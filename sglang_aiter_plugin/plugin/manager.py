@@ -1,13 +1,11 @@
 """The plugin manager: built-in fixes, then third-party fixes from entry points.
 
-Built as pluggy's and tox's authors use pluggy: every fix is loaded from an entry point (the
-built-in ones from :data:`~sglang_aiter_plugin.fixes.BUILTIN_FIXES`, third-party ones from
-``importlib.metadata.entry_points(group=FIXES_GROUP)``); a fix switched off by the user is
-*blocked* (``set_blocked``) and never imported; two fixes claiming one name are both reported (the
-second is not loaded), never silently dropped; a fix that fails to load is a ``failed`` status,
-and the others still apply. Callers use :func:`current_manager` and its typed methods;
-:attr:`PluginManager.pluggy` is there for embedders that need pluggy itself. ``register()``
-builds the process-wide manager once, with the user's switches (:func:`install_manager`).
+As pluggy's and tox's authors use pluggy: every fix is loaded from an entry point (built-in ones
+from :data:`~sglang_aiter_plugin.fixes.BUILTIN_FIXES`, then ``importlib.metadata``'s group
+:data:`FIXES_GROUP`); a fix the user switched off is *blocked* (``set_blocked``), never imported;
+a second fix claiming a taken name is reported, not loaded; a fix that fails to load is
+``failed`` while the others apply. ``register()`` builds the process-wide manager once, with the
+user's switches (:func:`install_manager`); :attr:`PluginManager.pluggy` is pluggy's own.
 """
 
 from __future__ import annotations
@@ -42,7 +40,7 @@ class FixSource:
     origin: str
 
     @classmethod
-    def builtin(cls, name: str, value: str) -> FixSource:
+    def builtin(cls, name: str, value: str) -> FixSource:  # value: ``module[:object]``
         return cls(name, EntryPoint(name, value, FIXES_GROUP).load, f"built-in {value}")
 
     @classmethod

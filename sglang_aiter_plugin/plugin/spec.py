@@ -32,11 +32,9 @@ def _ignore(status: FixStatus) -> None:
 class FixContext:
     """What a fix may look at when it decides whether and how to apply.
 
-    ``sglang_version``: the installed sglang release, or ``None`` when sglang's metadata cannot
-    be read; ``report``: report a later outcome (a fix that returned ``pending`` calls it once
-    its deferred work has run, ``applied``, or failed, ``failed``; the log and ``doctor`` then
-    show it).
-    """
+    ``sglang_version``: ``None`` when sglang's metadata cannot be read; ``report``: report a
+    later outcome (a fix that returned ``pending`` calls it once its deferred work has run; the
+    log and ``doctor`` then show it)."""
 
     plugin_version: str
     sglang_version: Version | None
@@ -49,11 +47,8 @@ class FixContext:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class PoolResize:
-    """A grow-only buffer pool changed capacity (batch rows).
-
-    ``pool``: the :class:`~sglang_aiter_plugin.backend.pool.BufferPool` that grew; ``owner``: the
-    backend object that owns it.
-    """
+    """A grow-only buffer pool (:class:`~sglang_aiter_plugin.backend.pool.BufferPool`) of
+    ``owner``, a backend object, changed capacity (batch rows)."""
 
     pool: Any
     owner: Any

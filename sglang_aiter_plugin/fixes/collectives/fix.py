@@ -1,19 +1,17 @@
 """How a collective fix decides, what it installs, and what a capture then gets.
 
 A fix (a pluggy plugin object, :class:`Collective`) decides on ROCm only, once sglang has imported
-the module it probes (``parallel_state``; every process that runs collectives has imported it
-before sglang loads plugins, elsewhere the status says ``pending`` until then):
-
-1. not a HIP platform (sglang's ``is_hip()``): ``skipped``, nothing imported or installed;
-2. a method missing or with other parameters, or one that never calls aiter: ``skipped``; the
-   probe (:mod:`.probe`) finds no capture condition ignored: ``not needed``;
-3. otherwise one wrapper per ignored method, set directly on ``GroupCoordinator`` (what sglang's
-   ``HookRegistry`` would do for a method, without its walk over every loaded module, which finds
-   no copy of a method defined in a class body): ``applied``.
+the module it probes (``parallel_state``: every process that runs collectives has imported it
+before sglang loads plugins; elsewhere the status says ``pending`` until then). Not HIP (sglang's
+``is_hip()``): ``skipped``. A method missing, with other parameters, or never calling aiter:
+``skipped``. The probe (:mod:`.probe`) finds no capture condition ignored: ``not needed``.
+Otherwise one wrapper per such method, set directly on ``GroupCoordinator`` (what sglang's
+``HookRegistry`` does, without its walk over every loaded module for copies, which a method
+defined in a class body does not have): ``applied``.
 
 Every wrapper has one shape: outside the communicator's capture mode it calls sglang's method
-as is (an eager call pays two attribute reads); in capture mode it asks the fix's :class:`Plan`,
-and while the stream really captures under a condition sglang ignores, sglang's method gets the
+as is (an eager call pays two attribute reads); in capture mode, while the stream really
+captures under a condition sglang ignores (the fix's :class:`Plan`), sglang's method gets the
 coordinator with a *view* of aiter's communicator whose registering call is replaced by its
 unregistered form. Warm-up, piecewise-graph and eager calls stay sglang's own.
 """
@@ -28,7 +26,7 @@ import sys
 import threading
 import types
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 from packaging.version import Version
 
@@ -51,11 +49,10 @@ from sglang_aiter_plugin.fixes.collectives.probe import (
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
-__all__ = ["CUSTOM_ALL_REDUCE", "FUSED_FORMS", "MARK", "PARALLEL_STATE", "AllReduceCheck",
-           "Collective", "CollectiveFix",
-           "CoordinatorView", "Decision", "Method", "Plan", "UnregisteredAllGather",
-           "UnregisteredFusedArRms", "UnregisteredReduceScatter", "fused_forms_taken", "install",
-           "is_installed", "plan_for"]
+__all__ = ["CUSTOM_ALL_REDUCE", "MARK", "PARALLEL_STATE", "AllReduceCheck", "Collective",
+           "CollectiveFix", "CommunicatorView", "CoordinatorView", "Decision", "Method", "Plan",
+           "all_gather_unregistered", "fused_quant_unregistered", "fused_unregistered", "install",
+           "is_installed", "plan_for", "reduce_scatter_unregistered"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
 CUSTOM_ALL_REDUCE = "sglang.srt.distributed.device_communicators.custom_all_reduce"
@@ -64,18 +61,12 @@ MARK = "__sglang_aiter_plugin_collective__"
 logger = logging.getLogger("sglang_aiter_plugin")
 
 
-# -- what a capture checks -----------------------------------------------------------------------
-
-
 class Plan(NamedTuple):
     """What a wrapper checks during a stream capture: only the conditions sglang ignores.
+    ``copy_in``: ``SGLANG_AITER_CAPTURE_COPY_IN=1`` at start-up, ignored by sglang; ``tms``:
+    sglang's ``envs.SGLANG_MEMORY_SAVER_CUDA_GRAPH`` (read per call) if ignored; ``comm_flag``:
+    sglang ignores the communicator's ``enable_register_for_capturing``."""
 
-    ``copy_in``: ``SGLANG_AITER_CAPTURE_COPY_IN=1`` at start-up, and sglang ignores it; ``tms``:
-    sglang's ``envs.SGLANG_MEMORY_SAVER_CUDA_GRAPH`` (read per call) when sglang ignores it;
-    ``comm_flag``: sglang ignores the communicator's ``enable_register_for_capturing``.
-    """
-
-    ignored: tuple[Condition, ...] = ()
     copy_in: bool = False
     tms: Any = None
     comm_flag: bool = False
@@ -92,31 +83,21 @@ class Plan(NamedTuple):
 def plan_for(ignored: tuple[Condition, ...], envs: Any,
              environ: Mapping[str, str] | None = None) -> Plan:
     """The plan for the conditions the installed sglang ignores (``envs``: sglang's ``envs``).
-
-    Copy-in follows sglang's own rule (exactly ``"1"``) and, like sglang, is read once.
-    """
+    Copy-in follows sglang's own rule (exactly ``"1"``) and, like sglang, is read once."""
     env = os.environ if environ is None else environ
     return Plan(
-        ignored=ignored,
         copy_in=Condition.COPY_IN in ignored and env.get(COPY_IN_ENV, "0") == "1",
         tms=getattr(envs, TMS_ENV) if Condition.TMS in ignored else None,
         comm_flag=Condition.COMM_FLAG in ignored,
     )
 
 
-# -- the unregistered forms a capture gets --------------------------------------------------------
-
-FUSED_FORMS = {
+_FUSED_FORMS = {
     "unregistered": "the communicator's unregistered form (registered=False)",
     "unfused": "None (the communicator has no unregistered form), so sglang runs its unfused "
                "all-reduce and RMSNorm",
 }
-_taken: set[str] = set()
-
-
-def fused_forms_taken() -> frozenset[str]:
-    """Which of :data:`FUSED_FORMS` a fused capture took in this process so far."""
-    return frozenset(_taken)
+_taken: set[str] = set()  # the fused forms this process took (each is logged once)
 
 
 class CoordinatorView:
@@ -132,84 +113,70 @@ class CoordinatorView:
         return getattr(self._coordinator, name)
 
 
-class _CommunicatorView:
-    """aiter's communicator, except that each name in ``_forms`` gives this view's method of that
-    name's value. Everything else, and whether it exists, is the real communicator's."""
+class CommunicatorView:
+    """aiter's communicator, except that each registering call named in ``forms`` is replaced by
+    its unregistered form, ``forms[name](communicator, *args, **kwargs)``. Every other attribute,
+    and whether it exists, is the real communicator's."""
 
-    __slots__ = ("_comm",)
-    _forms: ClassVar[Mapping[str, str]] = {}
+    __slots__ = ("_comm", "_forms")
 
-    def __init__(self, communicator: Any) -> None:
+    def __init__(self, communicator: Any, forms: Mapping[str, Callable[..., Any]]) -> None:
         self._comm = communicator
+        self._forms = forms
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._comm, name)  # a missing attribute stays missing
         form = self._forms.get(name)
-        return value if form is None else getattr(self, form)
+        return value if form is None else functools.partial(form, self._comm)
 
 
-class UnregisteredReduceScatter(_CommunicatorView):
+def reduce_scatter_unregistered(comm: Any, inp: Any, out: Any, *args: Any, **kwargs: Any) -> Any:
     """``reduce_scatter(..., registered=False)``: the input is copied into aiter's buffer."""
-
-    __slots__ = ()
-    _forms: ClassVar[Mapping[str, str]] = {"reduce_scatter": "_reduce_scatter"}
-
-    def _reduce_scatter(self, inp: Any, out: Any, *args: Any, **kwargs: Any) -> Any:
-        kwargs["registered"] = False
-        return self._comm.reduce_scatter(inp, out, *args, **kwargs)
+    kwargs["registered"] = False
+    return comm.reduce_scatter(inp, out, *args, **kwargs)
 
 
-class UnregisteredAllGather(_CommunicatorView):
-    """``all_gather_reg`` becomes ``all_gather_unreg`` (same arguments)."""
-
-    __slots__ = ()
-    _forms: ClassVar[Mapping[str, str]] = {"all_gather_reg": "_all_gather_unreg"}
-
-    def _all_gather_unreg(self, *args: Any, **kwargs: Any) -> Any:
-        return self._comm.all_gather_unreg(*args, **kwargs)
+def all_gather_unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
+    """``all_gather_unreg`` in place of ``all_gather_reg`` (same arguments)."""
+    return comm.all_gather_unreg(*args, **kwargs)
 
 
-class UnregisteredFusedArRms(_CommunicatorView):
-    """``custom_fused_ar_rms[_per_group_quant]`` become ``fused_ar_rms[_per_group_quant](...,
-    registered=False)``, the form sglang's own piecewise-graph branch uses; a communicator
-    without it gives ``None``, sglang's "fusion unavailable" (it then runs its unfused all-reduce
-    and RMSNorm). aiter's own gate (``disabled``, ``should_custom_ar``) is asked first."""
-
-    __slots__ = ()
-    _forms: ClassVar[Mapping[str, str]] = {"custom_fused_ar_rms": "_fused_ar_rms",
-              "custom_fused_ar_rms_per_group_quant": "_fused_ar_rms_per_group_quant"}
-
-    def _unregistered(self, inp: Any, method: str) -> Callable[..., Any] | None:
-        comm = self._comm
-        if comm.disabled or not comm.should_custom_ar(inp):
-            return None  # aiter's own answer for this input
-        unregistered = getattr(comm, method, None)
-        form = "unfused" if unregistered is None else "unregistered"
-        if form not in _taken:
-            _taken.add(form)
-            logger.info("sglang-aiter-plugin: a fused all-reduce+RMSNorm capture (%s) got %s",
-                        method, FUSED_FORMS[form])
-        return unregistered
-
-    def _fused_ar_rms(self, input: Any, residual_inp: Any, weight: Any, eps: float,
-                      use_1stage: bool = False, **kwargs: Any) -> Any:
-        fused = self._unregistered(input, "fused_ar_rms")
-        if fused is None:
-            return None
-        return fused(input, residual_inp, w=weight, eps=eps, registered=False,
-                     use_1stage=use_1stage, **kwargs)
-
-    def _fused_ar_rms_per_group_quant(self, input: Any, residual_inp: Any, weight: Any,
-                                      eps: float, group_size: int = 128,
-                                      use_1stage: bool = False, **kwargs: Any) -> Any:
-        fused = self._unregistered(input, "fused_ar_rms_per_group_quant")
-        if fused is None:
-            return None
-        return fused(input, residual_inp, w=weight, eps=eps, group_size=group_size,
-                     registered=False, use_1stage=use_1stage, **kwargs)
+def _fused_form(comm: Any, inp: Any, method: str) -> Callable[..., Any] | None:
+    """The fused call's unregistered form ``method`` (the one sglang's own piecewise-graph
+    branch uses), or ``None`` (sglang's "fusion unavailable": it then runs its unfused
+    all-reduce and RMSNorm) where aiter's own gate says no or the communicator lacks it."""
+    if comm.disabled or not comm.should_custom_ar(inp):
+        return None  # aiter's own answer for this input
+    unregistered = getattr(comm, method, None)
+    form = "unfused" if unregistered is None else "unregistered"
+    if form not in _taken:
+        _taken.add(form)
+        logger.info("sglang-aiter-plugin: a fused all-reduce+RMSNorm capture (%s) got %s",
+                    method, _FUSED_FORMS[form])
+    return unregistered
 
 
-# -- installing on the class ----------------------------------------------------------------------
+def fused_unregistered(comm: Any, input: Any, residual_inp: Any, weight: Any, eps: float,
+                       use_1stage: bool = False, **kwargs: Any) -> Any:
+    """``fused_ar_rms(..., registered=False)`` in place of ``custom_fused_ar_rms``."""
+    fused = _fused_form(comm, input, "fused_ar_rms")
+    if fused is None:
+        return None
+    return fused(input, residual_inp, w=weight, eps=eps, registered=False,
+                 use_1stage=use_1stage, **kwargs)
+
+
+def fused_quant_unregistered(comm: Any, input: Any, residual_inp: Any, weight: Any, eps: float,
+                             group_size: int = 128, use_1stage: bool = False,
+                             **kwargs: Any) -> Any:
+    """``fused_ar_rms_per_group_quant(..., registered=False)`` in place of
+    ``custom_fused_ar_rms_per_group_quant``."""
+    fused = _fused_form(comm, input, "fused_ar_rms_per_group_quant")
+    if fused is None:
+        return None
+    return fused(input, residual_inp, w=weight, eps=eps, group_size=group_size,
+                 registered=False, use_1stage=use_1stage, **kwargs)
+
 
 _lock = threading.Lock()
 
@@ -228,11 +195,10 @@ def install(cls: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[
             fix: str) -> bool:
     """Put ``wrap(current)`` on ``cls.name``; ``True`` if installed now, ``False`` if already.
 
-    The wrapper keeps ``__wrapped__`` (``inspect.unwrap`` and the probes reach sglang's function)
-    and the method's name and docstring. Other plugins' ``HookRegistry`` hooks on the method
-    still apply: sglang runs ``apply_hooks`` after every plugin's ``register()`` and wraps what
-    the class holds then. Raises ``TypeError`` if ``cls.name`` is not a plain function.
-    """
+    The wrapper keeps ``__wrapped__`` (the probes reach sglang's function through it) and the
+    method's name and docstring. Other plugins' ``HookRegistry`` hooks still apply: sglang runs
+    them after every plugin's ``register()``, on what the class holds then. Raises ``TypeError``
+    if ``cls.name`` is not a plain function."""
     with _lock:
         current = vars(cls)[name]
         if is_installed(cls, name):
@@ -243,14 +209,6 @@ def install(cls: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[
         setattr(wrapper, MARK, fix)
         setattr(cls, name, wrapper)
         return True
-
-
-# -- the fixes ------------------------------------------------------------------------------------
-
-
-def is_hip_platform() -> bool:
-    """sglang's own answer (``sglang.srt.utils.is_hip``), asked the way sglang asks it."""
-    return bool(importlib.import_module("sglang.srt.utils").is_hip())
 
 
 def where(version: Version | None) -> str:
@@ -264,24 +222,24 @@ class CollectiveFix:
 
     waits_for = PARALLEL_STATE
 
-    def __init__(self, name: str, title: str, ledger: str) -> None:
+    def __init__(self, name: str, title: str, *, ledger: str) -> None:
         self.name = name
         self.title = title
         self.__doc__ = ledger
 
-    def __repr__(self) -> str:
-        return f"<collective fix {self.name}>"
-
     def decide_now(self, module: Any, version: Version | None) -> FixStatus:
         """Decide (and install) now that sglang has imported :attr:`waits_for` (``module``)."""
         raise NotImplementedError
+
+    def _decided(self, state: FixState, detail: str) -> Decision:
+        return Decision(FixStatus(self.name, state, detail))
 
     @hookimpl
     def aiter_ext_apply_fix(self, context: FixContext) -> FixStatus:
         version = context.sglang_version
         if version is None:
             return FixStatus(self.name, FixState.SKIPPED, "sglang is not installed")
-        if not is_hip_platform():
+        if not importlib.import_module("sglang.srt.utils").is_hip():  # sglang's own answer
             return FixStatus(self.name, FixState.SKIPPED,
                              f"not a ROCm (HIP) platform: sglang never takes an AITER "
                              f"{self.title} here; nothing installed")
@@ -322,16 +280,17 @@ class Decision(NamedTuple):
 
 class Collective(CollectiveFix):
     """A fix that wraps ``methods`` (each probed with ``invoke``) where sglang ignores a capture
-    condition; a capture that must not register hands sglang's method a ``view`` of aiter's
-    communicator. ``how``: what the wrapper does (for the ``applied`` status); ``plan``: what
-    the wrappers check, set when they are installed."""
+    condition; a capture that must not register hands sglang's method a view of aiter's
+    communicator with the unregistered ``forms``. ``how``: what the wrapper does (for the
+    ``applied`` status); ``plan``: what the wrappers check, set when they are installed."""
 
-    def __init__(self, name: str, title: str, ledger: str, *, methods: tuple[Method, ...],
-                 invoke: Invoke, view: type[_CommunicatorView], how: str) -> None:
-        super().__init__(name, title, ledger)
+    def __init__(self, name: str, title: str, *, invoke: Invoke,
+                 forms: Mapping[str, Callable[..., Any]], methods: tuple[Method, ...], how: str,
+                 ledger: str) -> None:
+        super().__init__(name, title, ledger=ledger)
         self.methods = methods
         self.invoke = invoke
-        self.view = view
+        self.forms = forms
         self.how = how
         self.plan: Plan | None = None
 
@@ -344,7 +303,7 @@ class Collective(CollectiveFix):
 
         if not torch.cuda.is_current_stream_capturing():
             return coordinator
-        return CoordinatorView(coordinator, self.view(communicator))
+        return CoordinatorView(coordinator, CommunicatorView(communicator, self.forms))
 
     def wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """The wrapper for one of :attr:`methods` (the module docstring)."""
@@ -367,32 +326,31 @@ class Collective(CollectiveFix):
                 if method.optional:
                     absent.append(qualname)
                     continue
-                return self._skipped(f"{where(version)} has no {qualname}: no AITER "
-                                     f"{self.title} path to fix")
+                return self._decided(FixState.SKIPPED, f"{where(version)} has no {qualname}: "
+                                     f"no AITER {self.title} path to fix")
             params = parameters(cls, method.name)
             if params not in method.signatures:
                 known = " or ".join(f"({', '.join(s)})" for s in method.signatures)
-                return self._skipped(f"{where(version)} changed {qualname} to "
+                return self._decided(FixState.SKIPPED, f"{where(version)} changed {qualname} to "
                                      f"({', '.join(params)}); the fix knows {known}, so it "
                                      "leaves sglang unchanged")
             try:
                 found.append((method.name, probe(cls, method.name, self.invoke)))
             except NotAiterPath as exc:
-                return self._skipped(f"{where(version)}'s {qualname} never calls aiter's "
-                                     f"communicator (it takes {exc}): no AITER {self.title} path")
+                return self._decided(FixState.SKIPPED, f"{where(version)}'s {qualname} never "
+                                     f"calls aiter's communicator (it takes {exc}): no AITER "
+                                     f"{self.title} path")
             except ProbeError as exc:
-                return Decision(FixStatus(self.name, FixState.FAILED,
-                                          f"{exc}; sglang unchanged, please report this sglang "
-                                          "release"))
+                return self._decided(FixState.FAILED, f"{exc}; sglang unchanged, please report "
+                                     "this sglang release")
         names = " and ".join(f"GroupCoordinator.{name}" for name, _ in found)
         note = f" ({', '.join(absent)}: not in {where(version)})" if absent else ""
         needed = [(name, result) for name, result in found if result.ignored]
         if not needed:
             honoured = ", ".join(found[0][1].honoured) if found else "-"
             verb = "captures" if len(found) == 1 else "capture"
-            return Decision(FixStatus(self.name, FixState.NOT_NEEDED,
-                                      f"{where(version)}'s {names} already {verb} unregistered "
-                                      f"under: {honoured}{note}"))
+            return self._decided(FixState.NOT_NEEDED, f"{where(version)}'s {names} already {verb} "
+                                 f"unregistered under: {honoured}{note}")
         # one plan serves all the methods: a condition a method already honours is harmless
         ignored = tuple(c for c in Condition if any(c in r.ignored for _, r in needed))
         honoured = ", ".join(c for c in Condition if c not in ignored) or "none"
@@ -402,9 +360,6 @@ class Collective(CollectiveFix):
                       f"{where(version)}'s {names} {registers} during capture despite "
                       f"{', '.join(ignored)}; {self.how}; sglang itself honours: {honoured}{note}"),
             ignored=ignored, methods=tuple(name for name, _ in needed))
-
-    def _skipped(self, detail: str) -> Decision:
-        return Decision(FixStatus(self.name, FixState.SKIPPED, detail))
 
     def decide_now(self, module: Any, version: Version | None) -> FixStatus:
         cls = module.GroupCoordinator
@@ -423,10 +378,8 @@ class Collective(CollectiveFix):
 
 
 class AllReduceCheck(CollectiveFix):
-    """The all-reduce fix: probes only, when sglang imports ``custom_all_reduce`` (it does when it
-    builds its first group coordinator, before any capture). ``not needed`` while TMS and the
-    communicator flag are both honoured; ``failed``, with the condition named, if a release stops
-    honouring one (the plugin has no all-reduce wrapper)."""
+    """The all-reduce fix: probes only, when sglang imports ``custom_all_reduce`` (when it builds
+    its first group coordinator, before any capture); its ledger says what and why."""
 
     waits_for = CUSTOM_ALL_REDUCE
     out_place = "_all_reduce_out_place"
@@ -440,23 +393,20 @@ class AllReduceCheck(CollectiveFix):
         """Probe sglang's all-reduce capture path (nothing is installed)."""
         method = f"GroupCoordinator.{self.out_place}"
         if self.out_place not in vars(coordinator):
-            return Decision(FixStatus(self.name, FixState.SKIPPED,
-                                      f"{where(version)} has no {method}"))
+            return self._decided(FixState.SKIPPED, f"{where(version)} has no {method}")
         params = parameters(coordinator, self.out_place)
         if params != self.out_place_params:
-            return Decision(FixStatus(self.name, FixState.SKIPPED,
-                                      f"{where(version)} changed {method} to "
-                                      f"({', '.join(params)}); the probe knows "
-                                      f"({', '.join(self.out_place_params)})"))
+            return self._decided(FixState.SKIPPED, f"{where(version)} changed {method} to "
+                                 f"({', '.join(params)}); the probe knows "
+                                 f"({', '.join(self.out_place_params)})")
         try:
             path = probe(coordinator, self.out_place, _invoke_out_place)
             factory = {tms: factory_flag(car.dispatch_custom_allreduce, tms)
                        for tms in (False, True)}
             own = {tms: own_class_registers(car.CustomAllreduce, tms) for tms in (False, True)}
         except (ProbeError, NotAiterPath, AttributeError) as exc:
-            return Decision(FixStatus(self.name, FixState.FAILED,
-                                      f"{type(exc).__name__}: {exc}; please report this sglang "
-                                      "release"))
+            return self._decided(FixState.FAILED, f"{type(exc).__name__}: {exc}; please report "
+                                 "this sglang release")
         tms, flag = Condition.TMS.value, Condition.COMM_FLAG.value
         ignored = []
         if not (path.baseline and not path.under[Condition.COMM_FLAG]):
@@ -466,16 +416,16 @@ class AllReduceCheck(CollectiveFix):
         if own != {False: True, True: False}:
             ignored.append(f"{tms} (sglang's own CustomAllreduce registers: {own})")
         if ignored:
-            return Decision(FixStatus(
-                self.name, FixState.FAILED,
+            return self._decided(
+                FixState.FAILED,
                 f"{where(version)} registers all-reduce captures despite {'; '.join(ignored)}; "
-                "the plugin has no all-reduce wrapper: please report this release"))
-        return Decision(FixStatus(
-            self.name, FixState.NOT_NEEDED,
+                "the plugin has no all-reduce wrapper: please report this release")
+        return self._decided(
+            FixState.NOT_NEEDED,
             f"{where(version)} already captures all-reduce unregistered under {tms} (aiter's "
             f"communicator is built with {REGISTER_FLAG}=False, sglang's own one passes "
             f"registered=False) and under {flag} ({method} calls aiter's custom_all_reduce, "
-            "which follows it); sglang defines no copy-in for all-reduce; nothing installed"))
+            "which follows it); sglang defines no copy-in for all-reduce; nothing installed")
 
 
 def _invoke_out_place(method: Callable[..., Any], coordinator: Any) -> Any:

@@ -1,20 +1,16 @@
 """Probe what an installed sglang method hands aiter's communicator during a stream capture.
 
-Three *capture conditions* make registering the caller's tensors during a full CUDA-graph
-capture unsafe (:class:`Condition`). For one ``GroupCoordinator`` method, :func:`probe` runs
-sglang's own code (below any wrapper) under a simulated ROCm capture four times: no condition,
-then each condition alone. Each run must make exactly one call on a recording model of aiter's
-communicator (:class:`CaptureCommunicator`), which says whether that call registers. The result
-lists the conditions the method ignores (it still registers under them): what a fix must add.
+Three *capture conditions* (:class:`Condition`) make registering the caller's tensors during a
+full CUDA-graph capture unsafe. :func:`probe` runs sglang's own method (below any wrapper) under
+a simulated ROCm capture with no condition, then each alone; each run must make exactly one call
+on :class:`CaptureCommunicator`, which records whether it registers. The conditions under which
+the method still registers are what a fix must add.
 
-The simulation changes nothing sglang, torch or ``os.environ`` holds: the probe runs a copy of
-each method over a copy of its module's globals in which the names sglang consults (``is_hip``,
-``envs``, ``torch``, ``_AITER_CAPTURE_COPY_IN``, ...) give fixed answers
-(:func:`sglang_aiter_plugin._rebind.rebound`): a HIP (gfx95) host; aiter's all-gather,
-reduce-scatter and all-reduce wanted; no deterministic or 1-stage all-reduce; not in a piecewise
-graph; the current stream capturing; TMS and copy-in as the run asks. Any fall-back to a
-non-AITER collective (``torch.distributed``, ``all_gather_single``) raises :class:`NotAiterPath`
-instead of communicating. No kernel runs and no process group exists.
+The simulation changes nothing sglang, torch or ``os.environ`` holds: it runs a copy of the
+method (:func:`sglang_aiter_plugin._rebind.rebound`) whose module globals answer a HIP (gfx95)
+host, aiter's collectives wanted, no deterministic or 1-stage all-reduce, no piecewise graph,
+the stream capturing, TMS and copy-in as asked. A fall-back to a non-AITER collective
+(``torch.distributed``, ``all_gather_single``) raises :class:`NotAiterPath` instead.
 """
 
 from __future__ import annotations
@@ -23,6 +19,7 @@ import enum
 import inspect
 import logging
 from collections.abc import Callable, Mapping
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 from sglang_aiter_plugin._errors import AiterExtError
@@ -40,21 +37,17 @@ WORLD_SIZE = 2
 
 
 class Condition(str, enum.Enum):
-    """A capture condition under which the capture must not register the caller's tensors.
-
-    Each value is its label in statuses.
-    """
+    """A capture condition under which the capture must not register the caller's tensors; each
+    value is its label in statuses. TMS: torch_memory_saver's graph pool cannot be IPC-exported;
+    COPY_IN: sglang's request to stage through aiter's buffer (0.5.22+ reads it once, at import
+    of ``parallel_state``); COMM_FLAG: aiter turns it off for expandable segments and gfx1250
+    (a communicator without the attribute allows registration)."""
 
     TMS = f"{TMS_ENV}=1"
-    """torch_memory_saver owns the graph pool; its memory cannot be IPC-exported."""
     COPY_IN = f"{COPY_IN_ENV}=1"
-    """sglang's own request to stage through aiter's pre-registered buffer (0.5.22+ reads it
-    once, at import of ``parallel_state``)."""
     COMM_FLAG = "communicator enable_register_for_capturing=False"
-    """aiter turns it off for PyTorch expandable segments and gfx1250; missing means allowed."""
 
-    def __str__(self) -> str:
-        return self.value
+    __str__ = str.__str__  # the value, as enum.StrEnum (Python 3.11+) does
 
 
 class NotAiterPath(AiterExtError):
@@ -66,24 +59,18 @@ class ProbeError(AiterExtError, RuntimeError):
 
 
 class CaptureCommunicator:
-    """aiter's ``CustomAllreduce`` as sglang sees it while a stream captures.
-
-    Each method sglang may call records whether that call would register the caller's tensors,
-    following aiter's behaviour (``aiter/dist/device_communicators/custom_all_reduce.py``): an
-    explicit ``registered=`` argument is what happens; ``all_gather_reg`` registers and
-    ``all_gather_unreg`` copies into aiter's own buffer; ``custom_all_reduce``,
-    ``custom_all_gather`` and ``custom_reduce_scatter`` follow ``enable_register_for_capturing``;
-    ``custom_fused_ar_rms`` and ``custom_fused_ar_rms_per_group_quant`` always register. The
-    gates sglang consults first (``disabled``, ``should_custom_ar``, ...) all say yes.
-    """
+    """aiter's ``CustomAllreduce`` while a stream captures: each call records whether it would
+    register, as aiter's ``custom_all_reduce.py`` does: an explicit ``registered=`` as given;
+    ``all_gather_reg`` and ``custom_fused_ar_rms*`` always; ``all_gather_unreg`` never;
+    ``custom_all_reduce``, ``custom_all_gather``, ``custom_reduce_scatter`` per
+    ``enable_register_for_capturing``. Its gates (``disabled``, ``should_custom_*``) say yes."""
 
     def __init__(self, *, register_flag: bool) -> None:
         self.disabled = False
         self._IS_CAPTURING = True
         self.enable_register_for_capturing = register_flag
         self.world_size = WORLD_SIZE
-        self.calls: list[tuple[str, bool]] = []
-        """(method, whether it registers), per call sglang made."""
+        self.calls: list[tuple[str, bool]] = []  # (method, whether it registers)
 
     def should_custom_ar(self, *args: Any, **kwargs: Any) -> bool:
         return True
@@ -129,8 +116,6 @@ class CaptureCommunicator:
         return self._record("fused_ar_rms_per_group_quant", registered, (inp, residual, inp))
 
 
-# -- the simulated ROCm capture ----------------------------------------------------------------
-
 _UNSET = object()
 #: Coordinator attributes a collective may read before it picks a backend: none exists in the
 #: probe, so sglang cannot reach a real communicator or process group.
@@ -141,17 +126,10 @@ _SILENT = logging.Logger("sglang_aiter_plugin.probe")  # outside the logging tre
 _SILENT.disabled = True
 
 
-class _FixedEnv:
-    """One of sglang's ``envs`` fields, answering a fixed value."""
-
-    def __init__(self, value: Any) -> None:
-        self._value = value
-
-    def get(self) -> Any:
-        return False if self._value is _UNSET else self._value
-
-    def is_set(self) -> bool:
-        return self._value is not _UNSET
+def _fixed_env(value: Any) -> Any:
+    """One of sglang's ``envs`` fields, with a fixed value (``_UNSET``: not set)."""
+    return SimpleNamespace(get=lambda: False if value is _UNSET else value,
+                           is_set=lambda: value is not _UNSET)
 
 
 class _View:
@@ -165,9 +143,11 @@ class _View:
         return getattr(self._real, name)
 
 
-class _EnvsView(_View):
-    def __init__(self, real: Any, fixed: Mapping[str, Any]) -> None:
-        super().__init__(real, **{name: _FixedEnv(value) for name, value in fixed.items()})
+def _refuse(what: str) -> Callable[..., Any]:
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise NotAiterPath(what)
+
+    return refused
 
 
 class _Refusing:
@@ -180,46 +160,23 @@ class _Refusing:
         return _refuse(f"{self._what}.{name}")
 
 
-def _refuse(what: str) -> Callable[..., Any]:
-    def refused(*args: Any, **kwargs: Any) -> Any:
-        raise NotAiterPath(what)
-
-    return refused
-
-
-_made: dict[tuple[int, int, bool, bool], tuple[Any, Any, dict[str, Any]]] = {}
-
-
 def _fixed_names(fn: Callable[..., Any], *, tms: bool, copy_in: bool) -> dict[str, Any]:
-    """The fixed answers for ``fn``'s module; the same objects for the same module and
-    conditions, so that :func:`~sglang_aiter_plugin._rebind.rebound` can reuse its copies."""
+    """The names in ``fn``'s module that answer as on a capturing ROCm host."""
     import torch
 
     real_envs = fn.__globals__.get("envs")
     real_torch = fn.__globals__.get("torch", torch)
-    key = (id(real_envs), id(real_torch), tms, copy_in)
-    made = _made.get(key)
-    if made is not None and made[0] is real_envs and made[1] is real_torch:
-        return made[2]
-    envs = _EnvsView(real_envs, {
-        TMS_ENV: tms,
-        COPY_IN_ENV: copy_in,
-        "SGLANG_DP_USE_REDUCE_SCATTER": True,
-        "SGLANG_USE_AITER_AG": True,
-        "SGLANG_USE_1STAGE_ALLREDUCE": _UNSET,
-        "SGLANG_ENABLE_DETERMINISTIC_INFERENCE": False,
-        "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": False,
-    })
+    fixed_envs = {TMS_ENV: tms, COPY_IN_ENV: copy_in, "SGLANG_DP_USE_REDUCE_SCATTER": True,
+                  "SGLANG_USE_AITER_AG": True, "SGLANG_USE_1STAGE_ALLREDUCE": _UNSET,
+                  "SGLANG_ENABLE_DETERMINISTIC_INFERENCE": False,
+                  "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": False}
+    envs = _View(real_envs, **{name: _fixed_env(value) for name, value in fixed_envs.items()})
     cuda = _View(real_torch.cuda, is_current_stream_capturing=lambda: True)
-    names = {
-        "is_hip": lambda: True,
-        "_is_hip": True,
-        "_is_cuda": False,
-        "_is_musa": False,
-        "is_gfx95_supported": lambda: True,
+    return {
+        "is_hip": lambda: True, "_is_hip": True, "_is_cuda": False, "_is_musa": False,
+        "is_gfx95_supported": lambda: True, "_use_amd_deterministic_impl": lambda: False,
         "is_in_tc_piecewise_cuda_graph": lambda: False,
         "is_in_piecewise_cuda_graph": lambda: False,
-        "_use_amd_deterministic_impl": lambda: False,
         "get_bool_env_var": lambda name, default="false": name == "SGLANG_USE_AITER_AR",
         "envs": envs,
         "torch": _View(real_torch, cuda=cuda, distributed=_Refusing("torch.distributed")),
@@ -227,8 +184,6 @@ def _fixed_names(fn: Callable[..., Any], *, tms: bool, copy_in: bool) -> dict[st
         "logger": _SILENT,
         "_AITER_CAPTURE_COPY_IN": copy_in,
     }
-    _made[key] = (real_envs, real_torch, names)
-    return names
 
 
 def simulated(fn: Callable[..., Any], *, tms: bool, copy_in: bool,
@@ -257,18 +212,14 @@ def _probe_coordinator(cls: type, communicator: CaptureCommunicator) -> Any:
     return coordinator
 
 
-# -- the probe ---------------------------------------------------------------------------------
-
 Invoke = Callable[[Callable[..., Any], Any], Any]
 """How to call the method: ``invoke(method, coordinator)`` with the method's own arguments
 (``torch.empty`` tensors: nothing reads their values)."""
 
 
 class ProbeResult(NamedTuple):
-    """Whether the capture registers with no condition (``baseline``) and under each condition.
-
-    ``methods``: the communicator methods sglang called, in probe order (for the status).
-    """
+    """Whether the capture registers with no condition (``baseline``) and under each condition;
+    ``methods``: the communicator methods sglang called, in probe order (for the status)."""
 
     baseline: bool
     under: Mapping[Condition, bool]
@@ -308,9 +259,8 @@ def parameters(cls: type, name: str) -> tuple[str, ...]:
 def probe(cls: type, name: str, invoke: Invoke) -> ProbeResult:
     """Run sglang's ``cls.name`` under a simulated capture with each condition (module doc).
 
-    Raises :class:`NotAiterPath` when the method takes no AITER collective at all,
-    :class:`ProbeError` (with the reason) when it behaves unlike any known release, and
-    ``AttributeError`` when it does not exist.
+    Raises :class:`NotAiterPath` when it takes no AITER collective, :class:`ProbeError` when it
+    behaves unlike any known release, ``AttributeError`` when it does not exist.
     """
     own = below_wrappers(cls, name)  # AttributeError / ProbeError before anything runs
     # (tms, copy_in, communicator flag) per run: no condition, then each condition alone
@@ -342,8 +292,6 @@ def probe(cls: type, name: str, invoke: Invoke) -> ProbeResult:
         methods=tuple(dict.fromkeys(m for m, _ in calls.values())),
     )
 
-
-# -- all-reduce: what sglang binds for aiter's communicator, and its own HIP communicator --------
 
 REGISTER_FLAG = "enable_register_for_capturing"
 

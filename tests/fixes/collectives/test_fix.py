@@ -17,12 +17,9 @@ from sglang_aiter_plugin.fixes.collectives import (
 from sglang_aiter_plugin.fixes.collectives.fix import (
     MARK,
     Collective,
+    CommunicatorView,
     CoordinatorView,
     Plan,
-    UnregisteredAllGather,
-    UnregisteredFusedArRms,
-    UnregisteredReduceScatter,
-    fused_forms_taken,
     install,
     is_installed,
     plan_for,
@@ -39,6 +36,18 @@ from testkit.subproc import run_python
 from tests.fixes.collectives.scenario import METHODS
 
 X, W = torch.ones((1, 128)), torch.ones(128)
+
+
+def reduce_scatter_view(comm: Any) -> Any:
+    return CommunicatorView(comm, REDUCE_SCATTER.forms)
+
+
+def all_gather_view(comm: Any) -> Any:
+    return CommunicatorView(comm, ALL_GATHER.forms)
+
+
+def fused_view(comm: Any) -> Any:
+    return CommunicatorView(comm, FUSED_AR_RMSNORM.forms)
 ALL = tuple(Condition)
 
 
@@ -71,12 +80,12 @@ def test_copy_in_follows_sglangs_rule(envs, value: str | None, expected: bool) -
 
 def test_conditions_sglang_honours_are_left_to_sglang(envs) -> None:  # type: ignore[no-untyped-def]
     plan = plan_for((Condition.COMM_FLAG,), envs, {"SGLANG_AITER_CAPTURE_COPY_IN": "1"})
-    assert plan == Plan(ignored=(Condition.COMM_FLAG,), copy_in=False, tms=None, comm_flag=True)
+    assert plan == Plan(copy_in=False, tms=None, comm_flag=True)
 
 
 @pytest.mark.parametrize("flag", [True, False, None])
 def test_communicator_flag_missing_means_allowed(flag: bool | None) -> None:
-    plan = Plan(ignored=(Condition.COMM_FLAG,), comm_flag=True)
+    plan = Plan(comm_flag=True)
     communicator = RecordingCommunicator(capturing=True, register_flag=flag)
     assert plan.unregistered(communicator) is (flag is False)
 
@@ -96,63 +105,62 @@ def test_tms_is_read_per_call_through_sglangs_reader(monkeypatch, envs) -> None:
 
 def test_reduce_scatter_view_overrides_an_explicit_registered_true() -> None:
     comm = RecordingCommunicator(capturing=True)
-    UnregisteredReduceScatter(comm).reduce_scatter(X, X, 0, registered=True)
+    reduce_scatter_view(comm).reduce_scatter(X, X, 0, registered=True)
     assert comm.calls == [("reduce_scatter", False)]
 
 
 def test_all_gather_view_calls_the_unregistered_kernel_with_the_same_arguments() -> None:
     comm = RecordingCommunicator(capturing=True)
     out = torch.zeros((2, 128))
-    UnregisteredAllGather(comm).all_gather_reg(X, out=out, dim=0)
+    all_gather_view(comm).all_gather_reg(X, out=out, dim=0)
     assert comm.calls == [("all_gather_unreg", False)]
     assert out[0, 0].item() == OUT
 
 
 @pytest.fixture
-def fresh_fused_forms(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fused forms this process took: empty for this test (earlier tests took some)."""
+def logged(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> Any:
+    """The plugin's log lines in this test, as if no fused capture had run in this process yet
+    (each form is logged once per process; earlier tests took some)."""
     monkeypatch.setattr(fix, "_taken", set())
+    caplog.set_level(logging.INFO, logger="sglang_aiter_plugin")
+    return lambda: [r.getMessage() for r in caplog.records]
 
 
-@pytest.mark.usefixtures("fresh_fused_forms")
-def test_fused_view_takes_the_unregistered_form_and_logs_it_once(
-    caplog: pytest.LogCaptureFixture
-) -> None:
+def test_fused_view_takes_the_unregistered_form_and_logs_it_once(logged: Any) -> None:
     comm = RecordingCommunicator(capturing=True)
-    view = UnregisteredFusedArRms(comm)
-    with caplog.at_level(logging.INFO, logger="sglang_aiter_plugin"):
-        out = view.custom_fused_ar_rms(X, X, W, 1e-6, True)
-        quant = view.custom_fused_ar_rms_per_group_quant(X, X, W, 1e-6, 128, True, emit_bf16=True)
+    view = fused_view(comm)
+    out = view.custom_fused_ar_rms(X, X, W, 1e-6, True)
+    quant = view.custom_fused_ar_rms_per_group_quant(X, X, W, 1e-6, 128, True, emit_bf16=True)
     assert comm.calls == [("fused_ar_rms", False), ("fused_ar_rms_per_group_quant", False)]
     assert len(out) == 2
     assert len(quant) == 4
-    assert fused_forms_taken() == {"unregistered"}
-    assert [r.getMessage() for r in caplog.records] == [
+    assert logged() == [
         "sglang-aiter-plugin: a fused all-reduce+RMSNorm capture (fused_ar_rms) got the "
         "communicator's unregistered form (registered=False)"]
 
 
-@pytest.mark.usefixtures("fresh_fused_forms")
-def test_fused_view_gives_none_without_the_unregistered_form() -> None:
+def test_fused_view_gives_none_without_the_unregistered_form(logged: Any) -> None:
     comm = CommunicatorWithoutUnregisteredFused(capturing=True)
-    view = UnregisteredFusedArRms(comm)
+    view = fused_view(comm)
     assert view.custom_fused_ar_rms(X, X, W, 1e-6, True) is None
     assert view.custom_fused_ar_rms_per_group_quant(X, X, W, 1e-6) is None
     assert comm.calls == []
-    assert fused_forms_taken() == {"unfused"}
+    assert logged() == [
+        "sglang-aiter-plugin: a fused all-reduce+RMSNorm capture (fused_ar_rms) got None (the "
+        "communicator has no unregistered form), so sglang runs its unfused all-reduce and "
+        "RMSNorm"]
 
 
-@pytest.mark.usefixtures("fresh_fused_forms")
-def test_fused_view_keeps_aiters_own_gate() -> None:
+def test_fused_view_keeps_aiters_own_gate(logged: Any) -> None:
     comm = RecordingCommunicator(capturing=True)
     comm.should_custom_ar = lambda inp, *a, **k: False  # type: ignore[method-assign]
-    assert UnregisteredFusedArRms(comm).custom_fused_ar_rms(X, X, W, 1e-6, True) is None
+    assert fused_view(comm).custom_fused_ar_rms(X, X, W, 1e-6, True) is None
     assert comm.calls == []
-    assert fused_forms_taken() == frozenset()
+    assert logged() == []
 
 
-@pytest.mark.parametrize("view", [UnregisteredReduceScatter, UnregisteredAllGather,
-                                  UnregisteredFusedArRms])
+@pytest.mark.parametrize("view", [reduce_scatter_view, all_gather_view,
+                                  fused_view])
 def test_views_answer_hasattr_as_the_communicator_does(view: Any) -> None:
     bare = view(object())
     for name in ("reduce_scatter", "all_gather_reg", "custom_fused_ar_rms", "fused_ar_rms",
@@ -183,7 +191,7 @@ def test_the_view_goes_only_to_a_real_stream_capture_that_must_not_register(
     monkeypatch: pytest.MonkeyPatch, capturing: bool, unsafe: bool, wanted: str
 ) -> None:
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing)
-    _with_plan(REDUCE_SCATTER, Plan(ignored=(Condition.COPY_IN,), copy_in=unsafe), monkeypatch)
+    _with_plan(REDUCE_SCATTER, Plan(copy_in=unsafe), monkeypatch)
     coordinator = object()
     got = REDUCE_SCATTER.coordinator_for(coordinator, RecordingCommunicator(capturing=True))
     assert ("view" if isinstance(got, CoordinatorView) else "self") == wanted
@@ -208,7 +216,7 @@ def test_each_collective_hands_its_unregistered_form_to_a_capture(
     monkeypatch: pytest.MonkeyPatch, collective: Collective, call: Any, made: tuple[str, bool]
 ) -> None:
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    _with_plan(collective, Plan(ignored=(Condition.COPY_IN,), copy_in=True), monkeypatch)
+    _with_plan(collective, Plan(copy_in=True), monkeypatch)
     comm = RecordingCommunicator(capturing=True)
     call(collective.coordinator_for(object(), comm).ca_comm)
     assert comm.calls == [made]
@@ -260,11 +268,12 @@ def test_install_wraps_once_and_keeps_the_original_reachable() -> None:
 def test_a_wrapper_below_another_layer_is_still_found() -> None:
     cls = type("Target", (_Target,), {"method": _Target.method})
     install(cls, "method", _double, "fix-a")
+
     def outer(self: Any, x: int) -> int:  # another plugin's layer: no mark of ours on it
         return 0
 
     outer.__wrapped__ = vars(cls)["method"]  # type: ignore[attr-defined]
-    cls.method = outer
+    setattr(cls, "method", outer)  # noqa: B010
     assert not hasattr(outer, MARK)
     assert is_installed(cls, "method") is True
     assert install(cls, "method", _double, "fix-a") is False

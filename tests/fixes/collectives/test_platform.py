@@ -5,8 +5,9 @@ from __future__ import annotations
 from packaging.version import Version
 
 from testkit.collective_facts import has_path, has_quant
+from testkit.plugins import off_rocm_process
 from testkit.subproc import run_python
-from tests.fixes.collectives.scenario import METHODS
+from tests.fixes.collectives.scenario import METHODS, child_data
 
 FIXES = ("capture-all-reduce", "capture-all-gather", "capture-reduce-scatter",
          "capture-fused-ar-rmsnorm")
@@ -26,55 +27,24 @@ def state():
 
 
 def test_off_rocm_nothing_is_installed_and_the_status_says_so() -> None:
-    code = STATE + """
-from sglang.srt.distributed import parallel_state
-from sglang.srt.plugins import load_plugins
-load_plugins()
-print("RESULT " + json.dumps(state()))
-"""
-    data = run_python(code).data
+    data = off_rocm_process()
     for fix in FIXES:
         state, detail = data["statuses"][fix]
         assert state == "skipped"
         assert detail.startswith("not a ROCm (HIP) platform: sglang never takes an AITER ")
-    assert not any(data["wrapped"].values())
+    assert data["wrapped"] == []
 
 
 def test_a_coordinator_built_without_init_behaves_as_sglangs_own(sglang_version: Version) -> None:
-    """The wrappers read nothing that raises: same result or same exception as sglang's method."""
-    code = """
-import inspect
-from testkit.doubles.rocm_platform import simulated_rocm
-rocm = simulated_rocm(is_gfx95_supported=True); rocm.__enter__()
-from sglang.srt.distributed import parallel_state as ps
-from sglang.srt.plugins import load_plugins
-load_plugins()
-import torch
-def outcome(fn, coordinator, args):
-    try:
-        return ["returned", repr(fn(coordinator, *args))]
-    except Exception as exc:
-        return ["raised", type(exc).__name__]
-args = {"_all_gather_into_tensor": (torch.zeros(2, 8), torch.zeros(1, 8)),
-        "_maybe_aiter_reduce_scatter": (torch.zeros(1, 8), torch.zeros(2, 8))}
-fused = (torch.zeros(1, 128), torch.zeros(1, 128), torch.ones(128), 1e-6)
-found = {}
-for name in METHODS:
-    raw = ps.GroupCoordinator.__dict__.get(name)
-    if raw is None or not hasattr(raw, "__wrapped__"):
-        continue
-    bare = object.__new__(ps.GroupCoordinator)  # as sglang's own unit tests build them
-    found[name] = {"hooked": outcome(raw, bare, args.get(name, fused)),
-                   "upstream": outcome(inspect.unwrap(raw), bare, args.get(name, fused))}
-print("RESULT " + json.dumps(found))
-""".replace("METHODS", repr(tuple(METHODS)))
-    for rs in ("0", "1"):  # sglang's reduce-scatter returns False before reading ca_comm when off
-        data = run_python(code, env={"SGLANG_DP_USE_REDUCE_SCATTER": rs}).data
-        wanted = {m for m, fix in METHODS.items() if has_path(fix, sglang_version)}
-        if not has_quant(sglang_version):
-            wanted.discard("fused_allreduce_rmsnorm_quant_per_group")
-        assert set(data) == wanted
-        for name, got in data.items():
+    """The wrappers read nothing that raises: same result or same exception as sglang's method,
+    with sglang's reduce-scatter off (it returns before reading ``ca_comm``) and on."""
+    wanted = {m for m, fix in METHODS.items() if has_path(fix, sglang_version)}
+    if not has_quant(sglang_version):
+        wanted.discard("fused_allreduce_rmsnorm_quant_per_group")
+    for rs, run in child_data(False)["bare"].items():
+        assert run["read"] in (None, rs == "1"), "sglang did not read the value set for it"
+        assert set(run["methods"]) == wanted
+        for name, got in run["methods"].items():
             assert got["hooked"] == got["upstream"], (name, rs)
 
 

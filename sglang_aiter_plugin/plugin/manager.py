@@ -1,10 +1,10 @@
 """The plugin manager: built-in fixes, then third-party fixes from entry points.
 
 As pluggy's and tox's authors use pluggy: every fix is loaded from an entry point (built-in ones
-from :data:`~sglang_aiter_plugin.fixes.BUILTIN_FIXES`, then ``importlib.metadata``'s group
-:data:`FIXES_GROUP`); a fix the user switched off is *blocked* (``set_blocked``), never imported;
-a second fix claiming a taken name is reported, not loaded; a fix that fails to load is
-``failed`` while the others apply. ``register()`` builds the process-wide manager once, with the
+from :data:`~sglang_aiter_plugin.fixes.BUILTIN_FIXES`, then the ``importlib.metadata`` entry
+points of group :data:`FIXES_GROUP`); a fix the user switched off is *blocked*
+(``set_blocked``), never imported; a second fix claiming a taken name is reported, not loaded; a
+fix that fails to load is ``failed`` while the others apply. ``register()`` builds the process-wide manager once, with the
 user's switches (:func:`install_manager`); :attr:`PluginManager.pluggy` is pluggy's own.
 """
 
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import threading
 from collections.abc import Callable, Collection, Sequence
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, distributions
 from typing import Any
 
 import pluggy
@@ -62,7 +63,7 @@ def fix_sources() -> tuple[list[FixSource], list[FixStatus]]:
     sources = [FixSource.builtin(name, value) for name, value in BUILTIN_FIXES]
     taken = {s.name: s for s in sources}
     problems = []
-    for ep in entry_points(group=FIXES_GROUP):
+    for ep in _entry_points(FIXES_GROUP):
         source = FixSource.third_party(ep)
         first = taken.get(ep.name)
         if first is not None:  # reported under its own label; the first fix keeps the name
@@ -75,6 +76,23 @@ def fix_sources() -> tuple[list[FixSource], list[FixStatus]]:
         taken[ep.name] = source
         sources.append(source)
     return sources, problems
+
+
+def _entry_points(group: str) -> list[EntryPoint]:
+    """What ``importlib.metadata.entry_points(group=group)`` finds, parsing only the
+    distributions whose ``entry_points.txt`` names ``group`` (the standard call parses every
+    installed distribution's entry points, at every start-up)."""
+    header = f"[{group}]"
+    found: list[EntryPoint] = []
+    seen: set[str] = set()
+    for dist in distributions():
+        if header not in (dist.read_text("entry_points.txt") or ""):
+            continue
+        name = re.sub(r"[-_.]+", "-", dist.name or "").lower()
+        if name not in seen:  # the first on sys.path wins, as importlib.metadata decides
+            seen.add(name)
+            found.extend(ep for ep in dist.entry_points if ep.group == group)
+    return found
 
 
 class _PluggyManager(pluggy.PluginManager):

@@ -187,6 +187,49 @@ def test_duplicate_fix_names_are_reported_and_the_first_one_kept(
     sys.modules.pop("dup_one", None)
 
 
+def test_the_fixes_group_is_found_as_importlib_metadata_finds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader agrees with ``entry_points(group=...)``: folders on ``sys.path`` (one
+    without ``entry_points.txt``) and a distribution that is not a folder (a finder's own)."""
+    import importlib.metadata as md
+
+    from sglang_aiter_plugin.plugin.manager import _entry_points
+
+    write_distribution(tmp_path / "one", "lean-one", modules={},
+                       entry_points={FIXES_GROUP: {"lean-a": "lean_one"}, "other": {"x": "y"}})
+    (tmp_path / "two" / "lean_two-1.0.dist-info").mkdir(parents=True)
+    (tmp_path / "two" / "lean_two-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: lean-two\nVersion: 1.0\n")
+
+    files = {"METADATA": "Metadata-Version: 2.1\nName: lean-mem\nVersion: 1.0\n",
+             "entry_points.txt": f"[{FIXES_GROUP}]\nlean-m = lean_mem\n"}
+
+    class InMemory(md.Distribution):
+        def read_text(self, filename: str) -> str | None:
+            return files.get(filename)
+
+        def locate_file(self, path: object) -> Path:
+            raise NotImplementedError
+
+    class Finder:
+        @staticmethod
+        def find_spec(*args: object) -> None:
+            return None
+
+        @staticmethod
+        def find_distributions(context: object = None) -> list[md.Distribution]:
+            return [InMemory()]
+
+    monkeypatch.syspath_prepend(str(tmp_path / "two"))
+    monkeypatch.syspath_prepend(str(tmp_path / "one"))
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, Finder()])
+    found = [(ep.name, ep.value) for ep in _entry_points(FIXES_GROUP)]
+    assert ("lean-a", "lean_one") in found
+    assert ("lean-m", "lean_mem") in found
+    assert found == [(ep.name, ep.value) for ep in md.entry_points(group=FIXES_GROUP)]
+
+
 def test_a_later_report_is_always_filed_under_the_fixs_own_name() -> None:
     from sglang_aiter_plugin.plugin.manager import _call_fix
 

@@ -4,8 +4,9 @@ As pluggy's and tox's authors use pluggy: every fix is loaded from an entry poin
 from :data:`~sglang_aiter_plugin.fixes.BUILTIN_FIXES`, then the ``importlib.metadata`` entry
 points of group :data:`FIXES_GROUP`); a fix the user switched off is *blocked*
 (``set_blocked``), never imported; a second fix claiming a taken name is reported, not loaded; a
-fix that fails to load is ``failed`` while the others apply. ``register()`` builds the process-wide manager once, with the
-user's switches (:func:`install_manager`); :attr:`PluginManager.pluggy` is pluggy's own.
+fix that fails to load is ``failed`` while the others apply. ``register()`` builds the
+process-wide manager once, with the user's switches (:func:`install_manager`);
+:attr:`PluginManager.pluggy` is pluggy's own.
 """
 
 from __future__ import annotations

@@ -10,18 +10,12 @@ __all__ = ["FixState", "FixStatus"]
 
 
 class FixState(str, enum.Enum):
-    """What happened to one fix in this process.
-
-    * ``applied``: the fix's changes are in place in this process;
-    * ``pending``: part of the fix (or its decision) waits for sglang to import a module; nothing
-      more is installed until then, and the fix reports its outcome when that happens;
-    * ``not needed``: upstream already behaves correctly here; nothing was installed;
-    * ``skipped``: the fix does not apply to this sglang or platform (e.g. the patched method is
-      absent);
-    * ``disabled``: a switch turned the fix off (``SGLANG_AITER_EXT=0`` or
-      ``SGLANG_AITER_EXT_DISABLE``);
-    * ``failed``: probing or applying raised; sglang keeps running without this fix.
-    """
+    """What happened to one fix in this process: ``applied`` (its changes are in place);
+    ``pending`` (part of it, or its decision, waits for sglang to import a module, and it reports
+    its outcome then); ``not needed`` (upstream already behaves correctly; nothing installed);
+    ``skipped`` (it does not apply to this sglang or platform); ``disabled`` (a switch turned it
+    off: ``SGLANG_AITER_EXT=0`` or ``SGLANG_AITER_EXT_DISABLE``); ``failed`` (probing or
+    applying raised; sglang keeps running without it)."""
 
     APPLIED = "applied"
     PENDING = "pending"

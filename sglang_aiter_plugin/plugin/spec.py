@@ -24,21 +24,18 @@ __all__ = ["FixContext", "PoolResize", "aiter_ext_apply_fix", "aiter_ext_pool_re
 hookspec = pluggy.HookspecMarker(NAME)
 
 
-def _ignore(status: FixStatus) -> None:
-    """The default ``report``: a context built without one drops later outcomes."""
-
-
 @dataclasses.dataclass(frozen=True)
 class FixContext:
     """What a fix may look at when it decides whether and how to apply.
 
     ``sglang_version``: ``None`` when sglang's metadata cannot be read; ``report``: report a
     later outcome (a fix that returned ``pending`` calls it once its deferred work has run; the
-    log and ``doctor`` then show it)."""
+    log and ``doctor`` then show it; a context built without one drops them)."""
 
     plugin_version: str
     sglang_version: Version | None
-    report: Callable[[FixStatus], None] = dataclasses.field(default=_ignore, repr=False)
+    report: Callable[[FixStatus], None] = dataclasses.field(default=lambda status: None,
+                                                            repr=False)
 
     def with_report(self, report: Callable[[FixStatus], None]) -> FixContext:
         """The same context reporting to ``report``."""

@@ -11,9 +11,6 @@ the capture conditions sglang ignores (:mod:`.fix`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from sglang_aiter_plugin.fixes.collectives.fix import (
     AllReduceCheck,
     Collective,
@@ -23,6 +20,7 @@ from sglang_aiter_plugin.fixes.collectives.fix import (
     fused_unregistered,
     reduce_scatter_unregistered,
 )
+from sglang_aiter_plugin.fixes.collectives.probe import calling_with
 
 __all__ = ["ALL_GATHER", "ALL_REDUCE", "FIXES", "FUSED_AR_RMSNORM", "REDUCE_SCATTER"]
 
@@ -31,25 +29,6 @@ _QUANT = (*_FUSED, "group_size", "emit_bf16")
 _HIDDEN = 128  # a multiple of the per-group quant's group size
 
 
-
-
-def _gather_into_2x8(method: Callable[..., Any], coordinator: Any) -> Any:
-    import torch
-
-    return method(coordinator, torch.empty((2, 8)), torch.empty((1, 8)))
-
-
-def _scatter_into_1x8(method: Callable[..., Any], coordinator: Any) -> Any:
-    import torch
-
-    return method(coordinator, torch.empty((1, 8)), torch.empty((2, 8)))
-
-
-def _fused_1xhidden(method: Callable[..., Any], coordinator: Any) -> Any:
-    import torch
-
-    x = torch.empty((1, _HIDDEN))
-    return method(coordinator, x, torch.empty((1, _HIDDEN)), torch.empty(_HIDDEN), 1e-6)
 
 
 ALL_REDUCE = AllReduceCheck("capture-all-reduce", "all-reduce", ledger="""\
@@ -80,7 +59,7 @@ Remove when:
 """)
 
 ALL_GATHER = Collective(
-    "capture-all-gather", "all-gather", invoke=_gather_into_2x8,
+    "capture-all-gather", "all-gather", invoke=calling_with((2, 8), (1, 8)),
     forms={"all_gather_reg": all_gather_unregistered},
     methods=(Method("_all_gather_into_tensor", (("self", "output", "input"),)),),
     ledger="""\
@@ -110,7 +89,7 @@ Remove when:
 )
 
 REDUCE_SCATTER = Collective(
-    "capture-reduce-scatter", "reduce-scatter", invoke=_scatter_into_1x8,
+    "capture-reduce-scatter", "reduce-scatter", invoke=calling_with((1, 8), (2, 8)),
     forms={"reduce_scatter": reduce_scatter_unregistered},
     methods=(Method("_maybe_aiter_reduce_scatter", (("self", "output", "input"),)),),
     ledger="""\
@@ -139,7 +118,8 @@ Remove when:
 )
 
 FUSED_AR_RMSNORM = Collective(
-    "capture-fused-ar-rmsnorm", "fused all-reduce+RMSNorm", invoke=_fused_1xhidden,
+    "capture-fused-ar-rmsnorm", "fused all-reduce+RMSNorm",
+    invoke=calling_with((1, _HIDDEN), (1, _HIDDEN), (_HIDDEN,), then=(1e-6,)),
     forms={"custom_fused_ar_rms": fused_unregistered,
            "custom_fused_ar_rms_per_group_quant": fused_quant_unregistered},
     methods=(

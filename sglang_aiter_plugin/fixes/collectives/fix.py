@@ -41,6 +41,7 @@ from sglang_aiter_plugin.fixes.collectives.probe import (
     NotAiterPath,
     ProbeError,
     ProbeResult,
+    calling_with,
     factory_flag,
     own_class_registers,
     parameters,
@@ -400,7 +401,7 @@ class AllReduceCheck(CollectiveFix):
                                  f"({', '.join(params)}); the probe knows "
                                  f"({', '.join(self.out_place_params)})")
         try:
-            path = probe(coordinator, self.out_place, _invoke_out_place)
+            path = probe(coordinator, self.out_place, calling_with((1, 8), then=("ca",)))
             factory = {tms: factory_flag(car.dispatch_custom_allreduce, tms)
                        for tms in (False, True)}
             own = {tms: own_class_registers(car.CustomAllreduce, tms) for tms in (False, True)}
@@ -427,8 +428,3 @@ class AllReduceCheck(CollectiveFix):
             f"registered=False) and under {flag} ({method} calls aiter's custom_all_reduce, "
             "which follows it); sglang defines no copy-in for all-reduce; nothing installed")
 
-
-def _invoke_out_place(method: Callable[..., Any], coordinator: Any) -> Any:
-    import torch
-
-    return method(coordinator, torch.empty((1, 8)), "ca")

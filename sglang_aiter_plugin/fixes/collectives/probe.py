@@ -26,7 +26,8 @@ from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._rebind import rebound
 
 __all__ = ["AITER_MODULE", "COPY_IN_ENV", "TMS_ENV", "CaptureCommunicator", "Condition",
-           "Invoke", "NotAiterPath", "ProbeError", "ProbeResult", "below_wrappers", "factory_flag",
+           "Invoke", "NotAiterPath", "ProbeError", "ProbeResult", "below_wrappers", "calling_with",
+           "factory_flag",
            "own_class_registers", "parameters", "probe", "simulated"]
 
 TMS_ENV = "SGLANG_MEMORY_SAVER_CUDA_GRAPH"
@@ -213,8 +214,18 @@ def _probe_coordinator(cls: type, communicator: CaptureCommunicator) -> Any:
 
 
 Invoke = Callable[[Callable[..., Any], Any], Any]
-"""How to call the method: ``invoke(method, coordinator)`` with the method's own arguments
-(``torch.empty`` tensors: nothing reads their values)."""
+"""How to call the method: ``invoke(method, coordinator)`` with the method's own arguments."""
+
+
+def calling_with(*shapes: tuple[int, ...], then: tuple[Any, ...] = ()) -> Invoke:
+    """An :data:`Invoke` passing empty tensors of ``shapes`` (nothing reads them), then ``then``."""
+
+    def invoke(method: Callable[..., Any], coordinator: Any) -> Any:
+        import torch
+
+        return method(coordinator, *(torch.empty(shape) for shape in shapes), *then)
+
+    return invoke
 
 
 class ProbeResult(NamedTuple):

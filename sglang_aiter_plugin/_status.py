@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-from typing import Any
+from typing import NamedTuple
 
 __all__ = ["FixState", "FixStatus"]
 
@@ -27,30 +26,15 @@ class FixState(str, enum.Enum):
     __str__ = str.__str__  # the value, as enum.StrEnum (Python 3.11+) does
 
 
-@dataclasses.dataclass(frozen=True)
-class FixStatus:
-    """The status one fix reports, with a human-readable reason.
-
-    Immutable, compared and hashed by value; ``_replace`` makes a changed copy.
-    """
+class FixStatus(NamedTuple):
+    """The status one fix reports, with a human-readable reason: immutable, compared and hashed
+    by value; ``_replace`` makes a changed copy."""
 
     name: str
     state: FixState
     detail: str = ""
     waiting_for: tuple[str, ...] = ()
     """``pending`` only: the sglang modules whose import completes the fix."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "waiting_for", tuple(self.waiting_for))
-
-    def _replace(self, **changes: Any) -> FixStatus:
-        """A copy with the given fields changed (as a NamedTuple's ``_replace``)."""
-        names = [field.name for field in dataclasses.fields(self)]
-        unknown = sorted(set(changes) - set(names))
-        if unknown:
-            raise TypeError(f"FixStatus has no field {', '.join(unknown)}; fields: "
-                            f"{', '.join(names)}")
-        return dataclasses.replace(self, **changes)
 
     def as_dict(self) -> dict[str, object]:
         data: dict[str, object] = {"name": self.name, "state": self.state.value,

@@ -11,13 +11,12 @@ process-wide manager once, with the user's switches (:func:`install_manager`);
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 import threading
 from collections.abc import Callable, Collection, Sequence
 from importlib.metadata import EntryPoint, distributions
-from typing import Any
+from typing import Any, NamedTuple
 
 import pluggy
 
@@ -33,8 +32,7 @@ logger = logging.getLogger(__name__)
 _HOOKS = tuple(name for name in spec.__all__ if name.startswith(HOOK_PREFIX))
 
 
-@dataclasses.dataclass(frozen=True)
-class FixSource:
+class FixSource(NamedTuple):
     """A fix on offer: its name, how to load its plugin, and where it comes from (for messages)."""
 
     name: str

@@ -6,9 +6,8 @@ called per decode step.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pluggy
 
@@ -24,8 +23,7 @@ __all__ = ["FixContext", "PoolResize", "aiter_ext_apply_fix", "aiter_ext_pool_re
 hookspec = pluggy.HookspecMarker(NAME)
 
 
-@dataclasses.dataclass(frozen=True)
-class FixContext:
+class FixContext(NamedTuple):
     """What a fix may look at when it decides whether and how to apply.
 
     ``sglang_version``: ``None`` when sglang's metadata cannot be read; ``report``: report a
@@ -34,16 +32,14 @@ class FixContext:
 
     plugin_version: str
     sglang_version: Version | None
-    report: Callable[[FixStatus], None] = dataclasses.field(default=lambda status: None,
-                                                            repr=False)
+    report: Callable[[FixStatus], None] = lambda status: None
 
     def with_report(self, report: Callable[[FixStatus], None]) -> FixContext:
         """The same context reporting to ``report``."""
-        return dataclasses.replace(self, report=report)
+        return self._replace(report=report)
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class PoolResize:
+class PoolResize(NamedTuple):
     """A grow-only buffer pool (:class:`~sglang_aiter_plugin.backend.pool.BufferPool`) of
     ``owner``, a backend object, changed capacity (batch rows)."""
 

@@ -137,7 +137,9 @@ def _startup_rocm(data: dict[str, Any], _: Path) -> list[str]:
                   "class among it); the next collection of the middle generation frees it, in "
                   "whichever call allocates next. With the plugin that falls inside "
                   "`load_plugins()`; without it, just after.", ""]
-    phases = data.get("phases_ms")
+    phases = {k: v for k, v in data.get("phases_ms", {}).items() if not k.startswith("(not run)")}
+    compared = {k[len("(not run) "):]: v for k, v in data.get("phases_ms", {}).items()
+                if k.startswith("(not run)")}
     if phases:
         total = sum(v["median"] for v in phases.values())
         lines += ["Where the plugin's part goes: `register()`'s steps run one by one in the same "
@@ -146,6 +148,9 @@ def _startup_rocm(data: dict[str, Any], _: Path) -> list[str]:
         lines += [f"| {label} | {fmt(v, 'ms', 2)} | {v['median'] / total:.0%} |"
                   for label, v in phases.items()]
         lines += [f"| all steps (sum of medians) | {total:.2f} ms | 100% |", ""]
+    for label, v in compared.items():
+        lines += [f"- Not run by `register()`, timed in the same processes for comparison: "
+                  f"importlib.metadata's {label}: {fmt(v, 'ms', 2)}.", ""]
     return lines
 
 

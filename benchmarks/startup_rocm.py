@@ -42,12 +42,14 @@ from benchmarks._format import run_facts
 from benchmarks.startup import _overlays, _popen_wait4, _run, _summary
 
 ROOT = Path(__file__).resolve().parents[1]
-from sglang_aiter_plugin.fixes.collectives import FIXES  # noqa: E402
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES  # noqa: E402
 
 METHODS = ("_all_gather_into_tensor", "_maybe_aiter_reduce_scatter", "fused_allreduce_rmsnorm",
            "fused_allreduce_rmsnorm_quant_per_group")
-COLLECTIVES = ("capture-all-reduce", "capture-all-gather", "capture-reduce-scatter",
-               "capture-fused-ar-rmsnorm")
+COLLECTIVES = tuple(name for name, _ in BUILTIN_FIXES if name.startswith("capture-"))
+#: The modules the collective fixes live in (entry-point values are ``module[:object]``).
+COLLECTIVE_MODULES = sorted({value.partition(":")[0] for name, value in BUILTIN_FIXES
+                             if name in COLLECTIVES})
 IMPORTS = """
 import sys, time
 sys.path.append({root!r})
@@ -126,9 +128,15 @@ from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 from sglang_aiter_plugin.plugin import manager
 from sglang_aiter_plugin.plugin.spec import FixContext
 sources, problems = step("scan the fixes entry-point group", manager.fix_sources)
+# not part of register(): what importlib.metadata's own entry_points(group=...) would cost here
+compare = {{}}
+t = time.perf_counter()
+entry_points(group="sglang_aiter_plugin.fixes")
+compare["entry_points(group=...) instead of the scan"] = (time.perf_counter() - t) * 1000
 switches = read_switches([s.name for s in sources])
-for name, module in BUILTIN_FIXES:
+for name, value in BUILTIN_FIXES:
     label = "collectives" if name.startswith("capture-") else name
+    module = value.partition(":")[0]
     step(f"import the {{label}} fix modules", lambda: importlib.import_module(module))
 pm = step("pluggy manager, hook specs, registering the fixes",
           lambda: manager.PluginManager(sources, problems=problems))
@@ -140,7 +148,7 @@ manager._call_fix = timed
 context = FixContext(plugin_version="bench", sglang_version=installed_sglang_version())
 statuses = pm.apply_fixes(context)
 step("the log line", lambda: _registration._log_summary(switches, statuses))
-print("RESULT " + json.dumps(ms))
+print("RESULT " + json.dumps({{**ms, **{{"(not run) " + k: v for k, v in compare.items()}}}}))
 """
 
 
@@ -185,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                                     Path(tmp))
                 for label, value in json.loads(out.split("RESULT ", 1)[1]).items():
                     phases.setdefault(label, []).append(value)
-                code = IMPORTS.format(root=str(ROOT), modules=[m for _, m in FIXES])
+                code = IMPORTS.format(root=str(ROOT), modules=COLLECTIVE_MODULES)
                 _, _, out, _ = _run([sys.executable, "-S", "-c", code], envs["installed"],
                                     Path(tmp))
                 imports.append(float(out.split("RESULT ", 1)[1]))

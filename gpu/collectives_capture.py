@@ -59,13 +59,13 @@ FLAGS = {"flag on": True, "flag off": False, "flag missing": None}
 def _expected(method: str, variant: str, kind: str, *, tms: bool, copy_in: bool,
               flag: bool | None, version: Any) -> list[list[Any]]:
     """The calls the capture makes on the communicator: ``[method, registered]``."""
-    from sglang_aiter_plugin.fixes.collectives.switches import Switch
+    from sglang_aiter_plugin.fixes.collectives.probe import Condition
     from testkit.collective_facts import honoured_upstream
 
-    honoured = (frozenset(Switch.ALL) if variant == "wrapped"
+    honoured = (frozenset(Condition) if variant == "wrapped"
                 else honoured_upstream(METHODS[method], version))
-    unsafe = ((tms and Switch.TMS in honoured) or (copy_in and Switch.COPY_IN in honoured)
-              or (flag is False and Switch.COMM_FLAG in honoured))
+    unsafe = ((tms and Condition.TMS in honoured) or (copy_in and Condition.COPY_IN in honoured)
+              or (flag is False and Condition.COMM_FLAG in honoured))
     if method == "_all_gather_into_tensor":
         return [["all_gather_unreg", False]] if unsafe else [["all_gather_reg", True]]
     if method == "_maybe_aiter_reduce_scatter":

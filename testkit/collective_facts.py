@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from packaging.version import Version
 
-from sglang_aiter_plugin.fixes.collectives.switches import Switch
+from sglang_aiter_plugin.fixes.collectives.probe import Condition
 
 __all__ = ["FIRST_WITH_PATH", "FIRST_WITH_PIECEWISE_FUSED", "FIRST_WITH_QUANT", "NEWEST_KNOWN",
            "has_path", "has_quant", "honoured_upstream"]
@@ -26,7 +26,7 @@ FIRST_WITH_QUANT = Version("0.5.17")
 FIRST_WITH_PIECEWISE_FUSED = Version("0.5.13")
 """``fused_allreduce_rmsnorm``'s own piecewise-graph branch (``fused_ar_rms(registered=False)``)."""
 
-_TMS, _COPY_IN, _FLAG = Switch.TMS, Switch.COPY_IN, Switch.COMM_FLAG
+_TMS, _COPY_IN, _FLAG = Condition.TMS, Condition.COPY_IN, Condition.COMM_FLAG
 
 
 def _release(v: Version) -> Version:
@@ -41,8 +41,8 @@ def has_quant(v: Version) -> bool:
     return _release(v) >= FIRST_WITH_QUANT
 
 
-def honoured_upstream(fix: str, v: Version) -> frozenset[str]:
-    """Switches under which sglang ``v`` itself captures ``fix``'s collective unregistered."""
+def honoured_upstream(fix: str, v: Version) -> frozenset[Condition]:
+    """Conditions under which sglang ``v`` itself captures ``fix``'s collective unregistered."""
     r = _release(v)
     if fix == "capture-all-reduce":
         return frozenset({_TMS, _FLAG})  # copy-in is not defined for all-reduce

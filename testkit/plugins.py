@@ -1,16 +1,19 @@
-"""A plugin manager made for one test: the built-in fixes plus given in-process plugins."""
+"""A plugin manager made for one test, and one fresh process off ROCm that loads the plugin."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
+from typing import Any
 
 import pytest
 
 from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 from sglang_aiter_plugin.plugin import manager as manager_module
 from sglang_aiter_plugin.plugin.manager import FixSource, PluginManager
+from testkit.subproc import run_python
 
-__all__ = ["use_manager"]
+__all__ = ["off_rocm_process", "use_manager"]
 
 
 def use_manager(
@@ -21,8 +24,34 @@ def use_manager(
 ) -> PluginManager:
     """The process-wide manager, for this test only: built-in fixes (unless ``builtin=False``,
     which imports none of them) and ``plugins`` registered in-process."""
-    sources = [FixSource(n, module=m) for n, m in BUILTIN_FIXES] if builtin else []
-    sources += [FixSource(name, plugin=plugin) for name, plugin in plugins]
+    sources = [FixSource.builtin(n, v) for n, v in BUILTIN_FIXES] if builtin else []
+    sources += [FixSource.in_process(name, plugin) for name, plugin in plugins]
     manager = PluginManager(sources)
     monkeypatch.setattr(manager_module, "current_manager", lambda: manager)
     return manager
+
+
+OFF_ROCM = """
+import sys
+from sglang.srt.distributed import parallel_state as ps
+from sglang.srt.plugins import load_plugins
+load_plugins()
+imported = sorted(m for m in sys.modules if m.startswith("sglang_aiter_plugin"))
+from sglang_aiter_plugin._registration import last_statuses
+from sglang_aiter_plugin.fixes.collectives.fix import is_installed
+print("RESULT " + json.dumps({
+    "statuses": {s.name: [s.state.value, s.detail] for s in last_statuses()},
+    "wrapped": sorted(n for n in vars(ps.GroupCoordinator) if is_installed(ps.GroupCoordinator, n)),
+    "imported": imported,
+}))
+"""
+
+
+@functools.cache
+def off_rocm_process() -> Any:
+    """One fresh process off ROCm, run once per test session: it imports ``parallel_state`` (as
+    a launcher has) and runs sglang's ``load_plugins()`` with ``attention-backend`` listed in
+    ``SGLANG_AITER_EXT_DISABLE``. Returns the statuses (name -> [state, detail]), the
+    ``GroupCoordinator`` members carrying a collective fix's wrapper and the plugin's modules it
+    imported."""
+    return run_python(OFF_ROCM, env={"SGLANG_AITER_EXT_DISABLE": "attention-backend"}).data

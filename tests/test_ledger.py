@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from importlib.metadata import EntryPoint
 
 import pytest
 
@@ -15,7 +16,9 @@ SYMBOL = re.compile(r"``(sglang\.[\w.]+):([\w.\[\]'\-]+)``")
 
 @pytest.mark.parametrize(("name", "module"), BUILTIN_FIXES)
 def test_every_builtin_fix_has_a_complete_ledger(name: str, module: str) -> None:
-    doc = importlib.import_module(module).__doc__ or ""
+    """The ledger is the docstring of what the entry point loads (a module or a fix object)."""
+    doc = EntryPoint(name, module, "test").load().__doc__ or ""
+    assert doc.startswith(f"Fix ``{name}``"), f"{module}: the ledger does not name its fix"
     positions = [doc.find(section) for section in SECTIONS]
     assert -1 not in positions, f"{module}: missing {[s for s in SECTIONS if s not in doc]}"
     assert positions == sorted(positions), f"{module}: sections out of order"

@@ -21,8 +21,8 @@ def test_statuses_compare_and_hash_by_value() -> None:
 
 def test_a_status_cannot_be_changed_in_place() -> None:
     status = FixStatus("f", FixState.APPLIED)
-    with pytest.raises(AttributeError, match="_replace"):
-        status.state = FixState.FAILED
+    with pytest.raises(AttributeError):
+        status.state = FixState.FAILED  # type: ignore[misc]
     assert status.state is FixState.APPLIED
 
 
@@ -31,8 +31,8 @@ def test_replace_changes_only_the_named_fields_and_refuses_unknown_ones() -> Non
     renamed = status._replace(name="g")
     assert (renamed.name, renamed.state, renamed.detail, renamed.waiting_for) == (
         "g", FixState.PENDING, "waits", ("m",))
-    with pytest.raises(TypeError, match="no field colour"):
-        status._replace(colour="red")
+    with pytest.raises(ValueError, match=r"unexpected field names: \['colour'\]"):
+        status._replace(colour="red")  # type: ignore[call-arg]
 
 
 def test_text_and_dict_forms() -> None:

@@ -1,16 +1,18 @@
-"""Built-in fixes, each a pluggy plugin module with a ledger: Why / How / Upstream / Remove when.
+"""Built-in fixes, each a pluggy plugin with a ledger (Why / How / Upstream PR / Remove when).
 
-This package's ``__init__`` stays import-free so that the names below can be read without pluggy.
+This ``__init__`` imports nothing, so the fix names can be read without pluggy or sglang.
 """
 
 from __future__ import annotations
 
-from sglang_aiter_plugin.fixes.collectives import FIXES as _COLLECTIVES
-
 __all__ = ["BUILTIN_FIXES"]
 
-#: Built-in fixes: (fix name, module). Order is the order they are applied and reported.
+#: (fix name, entry-point value: ``module`` or ``module:object``), in the order the fixes are
+#: applied and reported. The plugin manager loads them as it loads third-party entry points.
 BUILTIN_FIXES: tuple[tuple[str, str], ...] = (
     ("attention-backend", "sglang_aiter_plugin.attention_backend.fix"),
-    *_COLLECTIVES,
+    ("capture-all-reduce", "sglang_aiter_plugin.fixes.collectives:ALL_REDUCE"),
+    ("capture-all-gather", "sglang_aiter_plugin.fixes.collectives:ALL_GATHER"),
+    ("capture-reduce-scatter", "sglang_aiter_plugin.fixes.collectives:REDUCE_SCATTER"),
+    ("capture-fused-ar-rmsnorm", "sglang_aiter_plugin.fixes.collectives:FUSED_AR_RMSNORM"),
 )

@@ -15,9 +15,9 @@ entry-point group :data:`FIXES_GROUP`; the entry-point name becomes the fix name
     def aiter_ext_apply_fix(context):
         return FixStatus("my-fix", FixState.APPLIED, "what it did")
 
-Only names starting with :data:`HOOK_PREFIX` are looked at as hooks (as pytest does for
-``pytest_``); a module that implements no hook is reported ``failed``. Callers go through
-:mod:`sglang_aiter_plugin.plugin.manager`, never through ``pm.hook``.
+A plugin may also be any object with such methods (the built-in collective fixes are). Only
+names starting with :data:`HOOK_PREFIX` are hooks (as pytest does for ``pytest_``); a plugin that
+implements none is reported ``failed``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ __all__ = ["FIXES_GROUP", "HOOK_PREFIX", "NAME", "hookimpl"]
 
 NAME = "sglang_aiter_plugin"
 FIXES_GROUP = "sglang_aiter_plugin.fixes"
-HOOK_PREFIX = "aiter_ext_"
-"""Every hook's name starts with it; a plugin's other names are never inspected."""
+HOOK_PREFIX = "aiter_ext_"  # every hook's name starts with it; other names are never inspected
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 hookimpl: Callable[[_F], _F] = pluggy.HookimplMarker(NAME)

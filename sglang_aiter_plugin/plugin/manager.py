@@ -1,24 +1,22 @@
 """The plugin manager: built-in fixes, then third-party fixes from entry points.
 
-Built as pluggy's and tox's authors use pluggy: a fix switched off by the user is *blocked*
-(``set_blocked``) and its module never imported; two fixes claiming one name are both reported
-(the second is not loaded), never silently dropped; a third-party fix that fails to load is a
-``failed`` status, and the others still apply. Callers use :func:`get_manager` and its typed
-methods; :attr:`PluginManager.pluggy` is there for embedders that need pluggy itself.
-``register()`` builds the process-wide manager once, with the user's switches
-(:func:`install_manager`); nothing else creates one.
+As pluggy's and tox's authors use pluggy: every fix is loaded from an entry point (built-in ones
+from :data:`~sglang_aiter_plugin.fixes.BUILTIN_FIXES`, then the ``importlib.metadata`` entry
+points of group :data:`FIXES_GROUP`); a fix the user switched off is *blocked*
+(``set_blocked``), never imported; a second fix claiming a taken name is reported, not loaded; a
+fix that fails to load is ``failed`` while the others apply. ``register()`` builds the
+process-wide manager once, with the user's switches (:func:`install_manager`);
+:attr:`PluginManager.pluggy` is pluggy's own.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
-import os
-import pathlib
+import re
 import threading
-from collections.abc import Collection, Sequence
-from importlib.metadata import Distribution, EntryPoint, PathDistribution, distributions
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from importlib.metadata import EntryPoint, distributions
+from typing import Any, NamedTuple
 
 import pluggy
 
@@ -34,30 +32,26 @@ logger = logging.getLogger(__name__)
 _HOOKS = tuple(name for name in spec.__all__ if name.startswith(HOOK_PREFIX))
 
 
-class FixSource:
-    """Where a fix comes from: a built-in module, a third-party entry point (not loaded yet), or
-    a plugin object an embedder hands over in-process."""
+class FixSource(NamedTuple):
+    """A fix on offer: its name, how to load its plugin, and where it comes from (for messages)."""
 
-    __slots__ = ("entry_point", "module", "name", "plugin")
+    name: str
+    load: Callable[[], object]
+    origin: str
 
-    def __init__(self, name: str, module: str | None = None,
-                 entry_point: EntryPoint | None = None, plugin: object | None = None) -> None:
-        self.name = name
-        self.module = module
-        self.entry_point = entry_point
-        self.plugin = plugin
+    @classmethod
+    def builtin(cls, name: str, value: str) -> FixSource:  # value: ``module[:object]``
+        return cls(name, EntryPoint(name, value, FIXES_GROUP).load, f"built-in {value}")
 
-    def __repr__(self) -> str:
-        return f"FixSource({self.name!r}, {self.origin})"
+    @classmethod
+    def third_party(cls, entry_point: EntryPoint) -> FixSource:
+        dist = getattr(entry_point.dist, "name", None) or "an unknown distribution"
+        return cls(entry_point.name, entry_point.load, f"{entry_point.value} (from {dist})")
 
-    @property
-    def origin(self) -> str:
-        if self.plugin is not None:
-            return f"in-process plugin {type(self.plugin).__name__}"
-        if self.entry_point is None:
-            return f"built-in {self.module}"
-        dist = getattr(self.entry_point.dist, "name", None) or "an unknown distribution"
-        return f"{self.entry_point.value} (from {dist})"
+    @classmethod
+    def in_process(cls, name: str, plugin: object) -> FixSource:
+        """A plugin object an embedder (or a test) hands over in-process."""
+        return cls(name, lambda: plugin, f"in-process plugin {type(plugin).__name__}")
 
 
 def fix_sources() -> tuple[list[FixSource], list[FixStatus]]:
@@ -65,11 +59,11 @@ def fix_sources() -> tuple[list[FixSource], list[FixStatus]]:
 
     Returns the sources and a ``failed`` status for each entry point whose name is already taken.
     """
-    sources = [FixSource(name, module=module) for name, module in BUILTIN_FIXES]
+    sources = [FixSource.builtin(name, value) for name, value in BUILTIN_FIXES]
     taken = {s.name: s for s in sources}
     problems = []
     for ep in _entry_points(FIXES_GROUP):
-        source = FixSource(ep.name, entry_point=ep)
+        source = FixSource.third_party(ep)
         first = taken.get(ep.name)
         if first is not None:  # reported under its own label; the first fix keeps the name
             problems.append(FixStatus(
@@ -84,58 +78,25 @@ def fix_sources() -> tuple[list[FixSource], list[FixStatus]]:
 
 
 def _entry_points(group: str) -> list[EntryPoint]:
-    """``importlib.metadata.entry_points(group=group)``, reading only what can match.
-
-    The standard call parses every installed distribution's name and entry points; here each
-    ``entry_points.txt`` is read once, as bytes, and parsed only when it names ``group`` (a few
-    hundred distributions in sglang's environment, none or one of them with this group).
-    """
-    header = f"[{group}]".encode()
+    """What ``importlib.metadata.entry_points(group=group)`` finds, parsing only the
+    distributions whose ``entry_points.txt`` names ``group`` (the standard call parses every
+    installed distribution's entry points, at every start-up)."""
+    header = f"[{group}]"
     found: list[EntryPoint] = []
     seen: set[str] = set()
     for dist in distributions():
-        if header not in _entry_points_bytes(dist):
+        if header not in (dist.read_text("entry_points.txt") or ""):
             continue
-        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
-        if name in seen:  # the first on sys.path wins, as importlib.metadata decides
-            continue
-        seen.add(name)
-        found.extend(ep for ep in dist.entry_points if ep.group == group)
+        name = re.sub(r"[-_.]+", "-", dist.name or "").lower()
+        if name not in seen:  # the first on sys.path wins, as importlib.metadata decides
+            seen.add(name)
+            found.extend(ep for ep in dist.entry_points if ep.group == group)
     return found
 
 
-def _entry_points_bytes(dist: Distribution) -> bytes:
-    """A distribution's ``entry_points.txt``, or ``b""``.
-
-    A folder on disk (a ``PathDistribution`` over a ``pathlib`` path, nearly every one) is read
-    with ``os.open`` and ``os.read``, a fifth of the cost of ``read_text`` over ``pathlib`` (most
-    distributions have no such file); any other kind goes through ``read_text``.
-    """
-    folder = getattr(dist, "_path", None)
-    if type(dist) is not PathDistribution or not isinstance(folder, pathlib.PurePath):
-        return (dist.read_text("entry_points.txt") or "").encode()
-    try:
-        fd = os.open(f"{folder}{os.sep}entry_points.txt", os.O_RDONLY)
-    except OSError:  # no such file, or unreadable: as read_text, no entry points
-        return b""
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
-
-
 class _PluggyManager(pluggy.PluginManager):
-    """pluggy's manager, looking only at names that can be hooks, as pytest's does.
-
-    Every hook of this project is named ``aiter_ext_*`` (:data:`HOOK_PREFIX`); a fix module holds
-    a few dozen other names (its imports), which pluggy would otherwise inspect one by one at
-    every start-up. A plugin left with no hook at all is reported by :class:`PluginManager`.
-    """
+    """pluggy's manager, looking only at names that can be hooks, as pytest's does: every hook
+    of this project is named ``aiter_ext_*`` (:data:`HOOK_PREFIX`)."""
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
         if not name.startswith(HOOK_PREFIX):
@@ -160,16 +121,12 @@ class PluginManager:
         self.pluggy.add_hookspecs(spec)
         self._order = [s.name for s in sources]
         self._problems: list[FixStatus] = list(problems)
-        self._unloaded: set[str] = set()
         for source in sources:
             if source.name in blocked:
                 self.pluggy.set_blocked(source.name)
                 continue
             try:
-                plugin: Any = source.plugin
-                if plugin is None:
-                    plugin = (source.entry_point.load() if source.entry_point is not None
-                              else importlib.import_module(str(source.module)))
+                plugin = source.load()
                 self.pluggy.register(plugin, name=source.name)
                 if not self.pluggy.get_hookcallers(plugin):
                     self.pluggy.unregister(plugin)
@@ -178,7 +135,6 @@ class PluginManager:
                         f"{' or '.join(_HOOKS)} and mark them with @hookimpl"
                     )
             except Exception as exc:  # a broken third-party fix must not stop the others
-                self._unloaded.add(source.name)
                 self._problems.append(FixStatus(
                     source.name, FixState.FAILED,
                     f"cannot load {source.origin}: {type(exc).__name__}: {exc}",
@@ -188,7 +144,6 @@ class PluginManager:
         except pluggy.PluginValidationError as exc:
             name = self.pluggy.get_name(exc.plugin) or repr(exc.plugin)
             self.pluggy.unregister(exc.plugin)
-            self._unloaded.add(name)
             self._problems.append(FixStatus(name, FixState.FAILED, str(exc)))
 
     def fix_names(self) -> list[str]:
@@ -200,11 +155,9 @@ class PluginManager:
         impls = {i.plugin_name: i for i in self.pluggy.hook.aiter_ext_apply_fix.get_hookimpls()}
         statuses: list[FixStatus] = list(self._problems)
         for name in self._order:
-            if name in self._unloaded:
-                continue
             if self.pluggy.is_blocked(name):
                 statuses.append(FixStatus(name, FixState.DISABLED, f"listed in {DISABLE_VAR}"))
-            elif name in impls:  # plugins that only observe the pool are not fixes
+            elif name in impls:  # not loaded, or only observes the pool: not a fix to run
                 statuses.append(_call_fix(name, impls[name].function, context))
         return statuses
 
@@ -214,24 +167,17 @@ class PluginManager:
 
 
 def _call_fix(name: str, function: Any, context: FixContext) -> FixStatus:
-    context = context.with_report(_reporting_as(name, context.report))
+    def report_as(status: FixStatus) -> None:  # a later outcome is always this fix's
+        context.report(status._replace(name=name) if status.name != name else status)
+
     try:
-        result = function(context=context)
+        result = function(context=context.with_report(report_as))
     except Exception as exc:
         logger.debug("fix %s raised", name, exc_info=True)
         return FixStatus(name, FixState.FAILED, f"{type(exc).__name__}: {exc}")
     if not isinstance(result, FixStatus):
         return FixStatus(name, FixState.FAILED, f"returned {result!r}, not a FixStatus")
     return result._replace(name=name) if result.name != name else result
-
-
-def _reporting_as(name: str, report: Any) -> Any:
-    """``report`` for one fix: whatever name a later status carries, it is this fix's."""
-
-    def report_as(status: FixStatus) -> None:
-        report(status._replace(name=name) if status.name != name else status)
-
-    return report_as
 
 
 _lock = threading.RLock()

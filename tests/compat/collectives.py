@@ -27,7 +27,7 @@ COLUMNS = {
 def collective_verdicts(version: str) -> dict[str, str]:
     """Column -> verdict for sglang ``version`` (installed beside the base one if needed)."""
     cmd = ["bash", str(ROOT / "tools" / "with-sglang"), version, sys.executable, "-m",
-           "sglang_aiter_plugin.fixes.collectives.verdicts"]
+           "testkit.collective_verdicts"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     try:
         found = json.loads(proc.stdout)

@@ -1,30 +1,160 @@
 """AITER custom collectives during full CUDA-graph capture: one fix per collective.
 
 While a stream captures, aiter's *registered* collectives read the caller's tensors directly and
-IPC-export their pointers when the capture ends. Graph-pool memory that cannot be exported
+IPC-export their pointers when the capture ends; graph memory that cannot be exported
 (torch_memory_saver under ``SGLANG_MEMORY_SAVER_CUDA_GRAPH=1``, PyTorch expandable segments)
-aborts with ``invalid device pointer``; sglang 0.5.22 also reports stale peer data on replay and
-offers ``SGLANG_AITER_CAPTURE_COPY_IN=1``. The rule every fix here applies: while a stream is
-capturing, take the unregistered path whenever TMS is on, copy-in is requested, or the
-communicator's ``enable_register_for_capturing`` is ``False`` (missing: allowed); otherwise keep
-the registered fast path. Each fix probes the installed sglang and adds only what it ignores.
-
-Fixes (each module's docstring is its ledger): :mod:`.all_reduce` (probe only),
-:mod:`.all_gather`, :mod:`.reduce_scatter`, :mod:`.fused_ar_rmsnorm`. Shared parts:
-:mod:`.switches`, :mod:`.aiter_model`, :mod:`.simulation`, :mod:`.probe`, :mod:`.views`,
-:mod:`.hook`, :mod:`.install`, :mod:`.fix`, :mod:`.verdicts`.
-
-This ``__init__`` imports nothing, so the fix names can be read without pluggy or sglang.
+aborts the process with ``invalid device pointer`` (and sglang 0.5.22 reports stale peer data on
+replay, its reason for ``SGLANG_AITER_CAPTURE_COPY_IN=1``). Each fix below is a pluggy plugin
+object (its docstring is its ledger): it probes the installed sglang (:mod:`.probe`) and adds only
+the capture conditions sglang ignores (:mod:`.fix`).
 """
 
 from __future__ import annotations
 
-__all__ = ["FIXES"]
-
-#: (fix name, module), in the order they are applied and reported.
-FIXES: tuple[tuple[str, str], ...] = (
-    ("capture-all-reduce", "sglang_aiter_plugin.fixes.collectives.all_reduce"),
-    ("capture-all-gather", "sglang_aiter_plugin.fixes.collectives.all_gather"),
-    ("capture-reduce-scatter", "sglang_aiter_plugin.fixes.collectives.reduce_scatter"),
-    ("capture-fused-ar-rmsnorm", "sglang_aiter_plugin.fixes.collectives.fused_ar_rmsnorm"),
+from sglang_aiter_plugin.fixes.collectives.fix import (
+    AllReduceCheck,
+    Collective,
+    Method,
+    all_gather_unregistered,
+    fused_quant_unregistered,
+    fused_unregistered,
+    reduce_scatter_unregistered,
 )
+from sglang_aiter_plugin.fixes.collectives.probe import calling_with
+
+__all__ = ["ALL_GATHER", "ALL_REDUCE", "FIXES", "FUSED_AR_RMSNORM", "REDUCE_SCATTER"]
+
+_FUSED = ("self", "input_", "residual_inp_", "weight_", "eps")
+_QUANT = (*_FUSED, "group_size", "emit_bf16")
+_HIDDEN = 128  # a multiple of the per-group quant's group size
+
+
+
+
+ALL_REDUCE = AllReduceCheck("capture-all-reduce", "all-reduce", ledger="""\
+Fix ``capture-all-reduce``: a probe only; sglang's all-reduce already stays unregistered.
+
+Patches:
+    Nothing while the probe finds sglang right (every release 0.5.11-0.5.23). It reads
+    ``sglang.srt.distributed.parallel_state:GroupCoordinator._all_reduce_out_place`` and
+    ``sglang.srt.distributed.device_communicators.custom_all_reduce:dispatch_custom_allreduce``
+    and ``...custom_all_reduce:CustomAllreduce.custom_all_reduce``.
+Why:
+    All-reduce runs in every tensor-parallel layer; registering graph memory under TMS or with
+    aiter's ``enable_register_for_capturing`` off would abort capture like its siblings'. The
+    probe shows that sglang handles it: the coordinator hands the capture to aiter's
+    ``custom_all_reduce`` (which follows the flag), sglang builds aiter's communicator with
+    ``enable_register_for_capturing=not SGLANG_MEMORY_SAVER_CUDA_GRAPH``, and sglang's own HIP
+    communicator captures with ``registered=not tms_cudagraph``. sglang defines no copy-in for
+    all-reduce (``SGLANG_AITER_CAPTURE_COPY_IN`` stages all-gather and reduce-scatter only).
+How:
+    Three probes under a simulated ROCm capture when sglang imports ``custom_all_reduce``:
+    ``not needed`` when TMS and the flag are both honoured, else ``failed`` naming the condition
+    (the plugin has no all-reduce wrapper). Nothing installed.
+Upstream PR:
+    None needed.
+Remove when:
+    Never by itself: it is the evidence that all-reduce needs no fix
+    (``tests/fixes/collectives/test_tripwires.py`` turns red if a release changes that).
+""")
+
+ALL_GATHER = Collective(
+    "capture-all-gather", "all-gather", invoke=calling_with((2, 8), (1, 8)),
+    forms={"all_gather_reg": all_gather_unregistered},
+    methods=(Method("_all_gather_into_tensor", (("self", "output", "input"),)),),
+    ledger="""\
+Fix ``capture-all-gather``: no IPC registration of an all-gather's input when it cannot work.
+
+Patches:
+    ``sglang.srt.distributed.parallel_state:GroupCoordinator._all_gather_into_tensor``
+Why:
+    During a capture sglang's AITER all-gather (0.5.13+, ``SGLANG_USE_AITER_AG``, on by default)
+    calls aiter's ``all_gather_reg``, which registers the caller's input (see the package doc).
+    sglang 0.5.13-0.5.14 always register; 0.5.15-0.5.21 honour TMS; 0.5.22+ also copy-in; no
+    release reads aiter's ``enable_register_for_capturing`` here (sglang bypasses aiter's
+    ``custom_all_gather``, which would honour it).
+How:
+    Where the probe finds a condition the method ignores, a wrapper hands it, during a capture
+    under that condition, a communicator whose ``all_gather_reg`` is ``all_gather_unreg`` (the
+    input is copied into aiter's pre-registered buffer). Other calls stay sglang's own.
+Upstream PR:
+    sglang 0.5.15 added TMS and 0.5.22 copy-in (``SGLANG_AITER_CAPTURE_COPY_IN``) to this
+    branch; the communicator flag has no upstream change yet.
+Remove when:
+    The oldest supported sglang's ``_all_gather_into_tensor`` honours all three conditions
+    (0.5.23 still ignores the flag): the probe then says ``not needed`` and
+    ``tests/fixes/collectives/test_tripwires.py`` fails to say so.
+""",
+    how="a wrapper makes those captures call all_gather_unreg",
+)
+
+REDUCE_SCATTER = Collective(
+    "capture-reduce-scatter", "reduce-scatter", invoke=calling_with((1, 8), (2, 8)),
+    forms={"reduce_scatter": reduce_scatter_unregistered},
+    methods=(Method("_maybe_aiter_reduce_scatter", (("self", "output", "input"),)),),
+    ledger="""\
+Fix ``capture-reduce-scatter``: no IPC registration of a reduce-scatter's input when unsafe.
+
+Patches:
+    ``sglang.srt.distributed.parallel_state:GroupCoordinator._maybe_aiter_reduce_scatter``
+Why:
+    During a capture sglang's AITER reduce-scatter (0.5.15+, ``SGLANG_DP_USE_REDUCE_SCATTER``,
+    on by default on HIP) calls aiter's ``reduce_scatter`` with ``registered=True``. sglang
+    0.5.15-0.5.17 always register; 0.5.18-0.5.21 honour TMS; 0.5.22+ also copy-in; no release
+    reads aiter's ``enable_register_for_capturing`` here (aiter's ``custom_reduce_scatter`` would).
+How:
+    Where the probe finds a condition the method ignores, a wrapper hands it, during a capture
+    under that condition, a communicator whose ``reduce_scatter`` always passes
+    ``registered=False`` (the input is copied into aiter's buffer). Other calls stay sglang's.
+Upstream PR:
+    sgl-project/sglang#34203 (``SGLANG_MEMORY_SAVER_CUDA_GRAPH``, in 0.5.18); copy-in came with
+    0.5.22. The communicator flag has no upstream change yet.
+Remove when:
+    The oldest supported sglang's reduce-scatter honours every condition, the flag included
+    (the probe says ``not needed`` there, and ``tests/fixes/collectives/test_tripwires.py``
+    turns red).
+""",
+    how="a wrapper makes those captures pass registered=False",
+)
+
+FUSED_AR_RMSNORM = Collective(
+    "capture-fused-ar-rmsnorm", "fused all-reduce+RMSNorm",
+    invoke=calling_with((1, _HIDDEN), (1, _HIDDEN), (_HIDDEN,), then=(1e-6,)),
+    forms={"custom_fused_ar_rms": fused_unregistered,
+           "custom_fused_ar_rms_per_group_quant": fused_quant_unregistered},
+    methods=(
+        Method("fused_allreduce_rmsnorm", (_FUSED,)),
+        Method("fused_allreduce_rmsnorm_quant_per_group", (_QUANT, (*_QUANT, "transpose_scale")),
+               optional=True),
+    ),
+    ledger="""\
+Fix ``capture-fused-ar-rmsnorm``: the fused all-reduce + RMSNorm registers nothing when unsafe.
+
+Patches:
+    ``sglang.srt.distributed.parallel_state:GroupCoordinator.fused_allreduce_rmsnorm`` and, from
+    sglang 0.5.17, ``...:GroupCoordinator.fused_allreduce_rmsnorm_quant_per_group``
+Why:
+    With fusion on (``--enable-aiter-allreduce-fusion``; sglang 0.5.21+ turns it on for GLM-DSA
+    models on HIP), sglang calls aiter's ``custom_fused_ar_rms`` (and
+    ``custom_fused_ar_rms_per_group_quant``), which pass ``registered=True`` during a capture
+    whatever the conditions. No release honours any of the three.
+How:
+    Where the probe finds a condition a method ignores, a wrapper hands it, during a capture
+    under that condition, a communicator whose ``custom_fused_ar_rms[_per_group_quant]`` is the
+    unregistered form sglang's own piecewise-graph branch uses,
+    ``fused_ar_rms[_per_group_quant](..., registered=False)``, where it has one; else the call
+    gives ``None``, sglang's "fusion unavailable", and sglang runs its unfused all-reduce (which
+    honours the conditions) and RMSNorm (which of the two is logged once per process).
+Upstream PR:
+    None yet (neither in sglang nor in aiter's ``custom_fused_ar_rms``).
+Remove when:
+    The oldest supported sglang (or the aiter it requires) honours all three conditions for
+    both fused calls: then the probe reports ``not needed`` and the tripwire test fails.
+""",
+    how="a wrapper gives those captures the communicator's unregistered form "
+        "(fused_ar_rms(registered=False)) where it has one, else None so that sglang runs its "
+        "unfused all-reduce and RMSNorm (logged at the first such capture)",
+)
+
+#: In the order they are applied and reported (as in ``sglang_aiter_plugin.fixes.BUILTIN_FIXES``).
+FIXES = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, FUSED_AR_RMSNORM)

@@ -1,16 +1,19 @@
-"""The decision every collective fix makes, and where it installs: shared by the fix modules.
+"""How a collective fix decides, what it installs, and what a capture then gets.
 
-For one collective (:class:`Collective`: its ``GroupCoordinator`` methods, the parameters the
-wrappers were written for, how the probe calls each):
+A fix (a pluggy plugin object, :class:`Collective`) decides on ROCm only, once sglang has imported
+the module it probes (``parallel_state``: every process that runs collectives has imported it
+before sglang loads plugins; elsewhere the status says ``pending`` until then). Not HIP (sglang's
+``is_hip()``): ``skipped``. A method missing, with other parameters, or never calling aiter:
+``skipped``. The probe (:mod:`.probe`) finds no capture condition ignored: ``not needed``.
+Otherwise one wrapper per such method, set directly on ``GroupCoordinator`` (what sglang's
+``HookRegistry`` does, without its walk over every loaded module for copies, which a method
+defined in a class body does not have): ``applied``.
 
-1. not a HIP platform (sglang's ``is_hip()``): ``skipped``, nothing imported or installed;
-2. ``sglang.srt.distributed.parallel_state`` not imported yet: the decision waits for it (a
-   post-import step), the status says ``pending`` and the decision is logged when made; every
-   process that runs collectives (launcher, engine, schedulers) has imported it before sglang
-   loads plugins (the all-reduce probe waits for ``custom_all_reduce`` instead);
-3. a method missing or with other parameters: ``skipped``; a method that never calls aiter:
-   ``skipped``; the probe (:mod:`.probe`) finds nothing ignored: ``not needed``; otherwise the
-   wrappers are installed (:mod:`.install`) with the plan for the ignored switches: ``applied``.
+Every wrapper has one shape: outside the communicator's capture mode it calls sglang's method
+as is (an eager call pays two attribute reads); in capture mode, while the stream really
+captures under a condition sglang ignores (the fix's :class:`Plan`), sglang's method gets the
+coordinator with a *view* of aiter's communicator whose registering call is replaced by its
+unregistered form. Warm-up, piecewise-graph and eager calls stay sglang's own.
 """
 
 from __future__ import annotations
@@ -18,227 +21,410 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import os
 import sys
+import threading
 import types
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from packaging.version import Version
 
 from sglang_aiter_plugin._post_import import when_imported
 from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin.fixes.collectives.hook import Hook
-from sglang_aiter_plugin.fixes.collectives.install import install, is_installed
 from sglang_aiter_plugin.fixes.collectives.probe import (
+    COPY_IN_ENV,
+    REGISTER_FLAG,
+    TMS_ENV,
+    Condition,
     Invoke,
     NotAiterPath,
     ProbeError,
     ProbeResult,
+    calling_with,
+    factory_flag,
+    own_class_registers,
     parameters,
     probe,
 )
-from sglang_aiter_plugin.fixes.collectives.switches import Switch, plan_for
+from sglang_aiter_plugin.plugin import hookimpl
+from sglang_aiter_plugin.plugin.spec import FixContext
 
-__all__ = ["PARALLEL_STATE", "Collective", "Decision", "Method", "apply", "decide",
-           "is_hip_platform", "on_rocm", "record_settled", "settled"]
+__all__ = ["CUSTOM_ALL_REDUCE", "MARK", "PARALLEL_STATE", "AllReduceCheck", "Collective",
+           "CollectiveFix", "CommunicatorView", "CoordinatorView", "Decision", "Method", "Plan",
+           "all_gather_unregistered", "fused_quant_unregistered", "fused_unregistered", "install",
+           "is_installed", "plan_for", "reduce_scatter_unregistered"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
+CUSTOM_ALL_REDUCE = "sglang.srt.distributed.device_communicators.custom_all_reduce"
+MARK = "__sglang_aiter_plugin_collective__"
+"""Attribute set on every wrapper :func:`install` puts on a class (its value: the fix's name)."""
 logger = logging.getLogger("sglang_aiter_plugin")
 
-Wrap = Callable[[Callable[..., Any], Hook], Callable[..., Any]]
+
+class Plan(NamedTuple):
+    """What a wrapper checks during a stream capture: only the conditions sglang ignores.
+    ``copy_in``: ``SGLANG_AITER_CAPTURE_COPY_IN=1`` at start-up, ignored by sglang; ``tms``:
+    sglang's ``envs.SGLANG_MEMORY_SAVER_CUDA_GRAPH`` (read per call) if ignored; ``comm_flag``:
+    sglang ignores the communicator's ``enable_register_for_capturing``."""
+
+    copy_in: bool = False
+    tms: Any = None
+    comm_flag: bool = False
+
+    def unregistered(self, communicator: Any) -> bool:
+        """Whether this capture must not register the caller's tensors."""
+        if self.copy_in:
+            return True
+        if self.comm_flag and not getattr(communicator, "enable_register_for_capturing", True):
+            return True
+        return self.tms is not None and bool(self.tms.get())
 
 
-# Plain classes, not dataclasses: these modules load in every ROCm process at start-up.
-
-
-class Method:
-    """One ``GroupCoordinator`` method a collective fix wraps.
-
-    ``signatures``: the parameter lists the wrapper was written for; ``invoke``: how the probe
-    calls it; ``wrap``: builds the wrapper; ``optional``: missing in some releases without
-    making the fix ``skipped`` (it wraps the others).
-    """
-
-    __slots__ = ("invoke", "name", "optional", "signatures", "wrap")
-
-    def __init__(self, name: str, signatures: tuple[tuple[str, ...], ...], invoke: Invoke,
-                 wrap: Wrap, optional: bool = False) -> None:
-        self.name = name
-        self.signatures = signatures
-        self.invoke = invoke
-        self.wrap = wrap
-        self.optional = optional
-
-
-class Collective:
-    """One collective fix: its name (switches, log line, ``doctor``), title, methods, hook, and
-    ``how``, what the installed wrapper does (for the ``applied`` status)."""
-
-    __slots__ = ("fix", "hook", "how", "methods", "title")
-
-    def __init__(self, fix: str, title: str, methods: tuple[Method, ...], hook: Hook,
-                 how: str) -> None:
-        self.fix = fix
-        self.title = title
-        self.methods = methods
-        self.hook = hook
-        self.how = how
-
-
-class Decision:
-    """A fix's status, and the methods to wrap with what their probe found."""
-
-    __slots__ = ("install", "status")
-
-    def __init__(self, status: FixStatus,
-                 install: tuple[tuple[Method, ProbeResult], ...] = ()) -> None:
-        self.status = status
-        self.install = install
-
-    @property
-    def ignored(self) -> tuple[str, ...]:
-        """The switches one of the wrapped methods ignores (empty unless ``applied``).
-
-        One plan serves all of a collective's methods; a switch a method already honours is
-        harmless to add (sglang goes unregistered there anyway).
-        """
-        found = {s for _, result in self.install for s in result.ignored}
-        return tuple(s for s in Switch.ALL if s in found)
-
-
-_settled: dict[str, FixStatus] = {}
-
-
-def settled() -> dict[str, FixStatus]:
-    """The statuses of fixes whose decision waited for ``parallel_state``, once decided."""
-    return dict(_settled)
-
-
-def record_settled(status: FixStatus) -> None:
-    """Keep a decision that waited for ``parallel_state`` (the caller reports and logs it)."""
-    _settled[status.name] = status
-
-
-def is_hip_platform() -> bool:
-    """sglang's own answer (``sglang.srt.utils.is_hip``), asked the way sglang asks it."""
-    utils = importlib.import_module("sglang.srt.utils")
-    return bool(utils.is_hip())
-
-
-def _where(version: Version | None) -> str:
-    return f"sglang {version}" if version is not None else "this sglang"
-
-
-def decide(collective: Collective, cls: type, version: Version | None) -> Decision:
-    """Probe ``collective``'s methods on ``cls`` (nothing is installed)."""
-    where = _where(version)
-    found: list[tuple[Method, ProbeResult]] = []
-    absent: list[str] = []
-    for method in collective.methods:
-        qualname = f"GroupCoordinator.{method.name}"
-        if method.name not in vars(cls):
-            if method.optional:
-                absent.append(qualname)
-                continue
-            return Decision(FixStatus(collective.fix, FixState.SKIPPED,
-                                       f"{where} has no {qualname}: no AITER {collective.title} "
-                                       "path to fix"))
-        params = parameters(cls, method.name)
-        if params not in method.signatures:
-            known = " or ".join(f"({', '.join(s)})" for s in method.signatures)
-            return Decision(FixStatus(collective.fix, FixState.SKIPPED,
-                                       f"{where} changed {qualname} to ({', '.join(params)}); the "
-                                       f"fix knows {known}, so it leaves sglang unchanged"))
-        try:
-            result = probe(cls, method.name, method.invoke)
-        except NotAiterPath as exc:
-            return Decision(FixStatus(collective.fix, FixState.SKIPPED,
-                                       f"{where}'s {qualname} never calls aiter's communicator "
-                                       f"(it takes {exc}): no AITER {collective.title} path"))
-        except ProbeError as exc:
-            return Decision(FixStatus(collective.fix, FixState.FAILED,
-                                       f"{exc}; sglang unchanged, please report this sglang "
-                                       "release"))
-        found.append((method, result))
-    names = " and ".join(f"GroupCoordinator.{m.name}" for m, _ in found)
-    note = f" ({', '.join(absent)}: not in {where})" if absent else ""
-    needed = tuple((m, r) for m, r in found if r.ignored)
-    if not needed:
-        honoured = ", ".join(str(s) for s in found[0][1].honoured) if found else "-"
-        verb = "captures" if len(found) == 1 else "capture"
-        return Decision(FixStatus(collective.fix, FixState.NOT_NEEDED,
-                                   f"{where}'s {names} already {verb} unregistered under: "
-                                   f"{honoured}{note}"))
-    unsafe = Decision(FixStatus(collective.fix, FixState.APPLIED), needed).ignored
-    ignored = ", ".join(str(s) for s in unsafe)
-    honoured = ", ".join(str(s) for s in Switch.ALL if s not in unsafe) or "none"
-    registers = "registers" if len(found) == 1 else "register"
-    return Decision(
-        FixStatus(collective.fix, FixState.APPLIED,
-                  f"{where}'s {names} {registers} during capture despite {ignored}; "
-                  f"{collective.how}; sglang itself honours: {honoured}{note}"),
-        install=needed,
+def plan_for(ignored: tuple[Condition, ...], envs: Any,
+             environ: Mapping[str, str] | None = None) -> Plan:
+    """The plan for the conditions the installed sglang ignores (``envs``: sglang's ``envs``).
+    Copy-in follows sglang's own rule (exactly ``"1"``) and, like sglang, is read once."""
+    env = os.environ if environ is None else environ
+    return Plan(
+        copy_in=Condition.COPY_IN in ignored and env.get(COPY_IN_ENV, "0") == "1",
+        tms=getattr(envs, TMS_ENV) if Condition.TMS in ignored else None,
+        comm_flag=Condition.COMM_FLAG in ignored,
     )
 
 
-def _wrapped(method: Method, hook: Hook, original: Callable[..., Any]) -> Callable[..., Any]:
-    return method.wrap(original, hook)
+_FUSED_FORMS = {
+    "unregistered": "the communicator's unregistered form (registered=False)",
+    "unfused": "None (the communicator has no unregistered form), so sglang runs its unfused "
+               "all-reduce and RMSNorm",
+}
+_taken: set[str] = set()  # the fused forms this process took (each is logged once)
 
 
-def _decide_and_install(collective: Collective, parallel_state: Any,
-                        version: Version | None) -> FixStatus:
-    cls = parallel_state.GroupCoordinator
-    decision = decide(collective, cls, version)
-    for method, _ in decision.install:  # all or nothing: check before wrapping any
-        if not isinstance(vars(cls)[method.name], types.FunctionType) and not is_installed(
-                cls, method.name):
-            return FixStatus(collective.fix, FixState.FAILED,
-                             f"GroupCoordinator.{method.name} is "
-                             f"{type(vars(cls)[method.name]).__name__}, not a function; sglang "
-                             "unchanged, please report this sglang release")
-    if decision.install:
-        collective.hook.plan = plan_for(decision.ignored, parallel_state.envs)
-        for method, _ in decision.install:
-            install(cls, method.name, functools.partial(_wrapped, method, collective.hook),
-                    collective.fix)
-    return decision.status
+class CoordinatorView:
+    """The coordinator with ``ca_comm`` replaced by a communicator view."""
+
+    __slots__ = ("_coordinator", "ca_comm")
+
+    def __init__(self, coordinator: Any, communicator: Any) -> None:
+        self._coordinator = coordinator
+        self.ca_comm = communicator
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._coordinator, name)
 
 
-def on_rocm(name: str, title: str, version: Version | None,
-            decide_now: Callable[[Any], FixStatus], module: str = PARALLEL_STATE,
-            report: Callable[[FixStatus], None] | None = None) -> FixStatus:
-    """Steps 1-2 of the module docstring; ``decide_now(module)`` does step 3.
+class CommunicatorView:
+    """aiter's communicator, except that each registering call named in ``forms`` is replaced by
+    its unregistered form, ``forms[name](communicator, *args, **kwargs)``. Every other attribute,
+    and whether it exists, is the real communicator's."""
 
-    ``module``: the sglang module the decision waits for (``parallel_state`` unless given);
-    ``report``: where a decision that waited goes (the fix context's ``report``).
-    """
-    if version is None:
-        return FixStatus(name, FixState.SKIPPED, "sglang is not installed")
-    if not is_hip_platform():
-        return FixStatus(name, FixState.SKIPPED,
-                         f"not a ROCm (HIP) platform: sglang never takes an AITER {title} here; "
-                         "nothing installed")
-    imported = sys.modules.get(module)
-    if imported is not None:
-        return decide_now(imported)
+    __slots__ = ("_comm", "_forms")
 
-    def later(loaded: Any) -> None:
-        status = decide_now(loaded)
-        record_settled(status)
-        if report is not None:
-            report(status)
+    def __init__(self, communicator: Any, forms: Mapping[str, Callable[..., Any]]) -> None:
+        self._comm = communicator
+        self._forms = forms
 
-    if when_imported(module, later):  # imported meanwhile: decided now
-        return _settled[name]
-    return FixStatus(name, FixState.PENDING,
-                     f"decided when sglang imports {module} (not imported yet in this process; "
-                     "every process that runs collectives imports it first)",
-                     waiting_for=(module,))
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._comm, name)  # a missing attribute stays missing
+        form = self._forms.get(name)
+        return value if form is None else functools.partial(form, self._comm)
 
 
-def apply(collective: Collective, version: Version | None,
-          report: Callable[[FixStatus], None] | None = None) -> FixStatus:
-    """A collective fix's ``aiter_ext_apply_fix``: see the module docstring."""
-    return on_rocm(collective.fix, collective.title, version,
-                   lambda module: _decide_and_install(collective, module, version),
-                   report=report)
+def reduce_scatter_unregistered(comm: Any, inp: Any, out: Any, *args: Any, **kwargs: Any) -> Any:
+    """``reduce_scatter(..., registered=False)``: the input is copied into aiter's buffer."""
+    kwargs["registered"] = False
+    return comm.reduce_scatter(inp, out, *args, **kwargs)
+
+
+def all_gather_unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
+    """``all_gather_unreg`` in place of ``all_gather_reg`` (same arguments)."""
+    return comm.all_gather_unreg(*args, **kwargs)
+
+
+def _fused_form(comm: Any, inp: Any, method: str) -> Callable[..., Any] | None:
+    """The fused call's unregistered form ``method`` (the one sglang's own piecewise-graph
+    branch uses), or ``None`` (sglang's "fusion unavailable": it then runs its unfused
+    all-reduce and RMSNorm) where aiter's own gate says no or the communicator lacks it."""
+    if comm.disabled or not comm.should_custom_ar(inp):
+        return None  # aiter's own answer for this input
+    unregistered = getattr(comm, method, None)
+    form = "unfused" if unregistered is None else "unregistered"
+    if form not in _taken:
+        _taken.add(form)
+        logger.info("sglang-aiter-plugin: a fused all-reduce+RMSNorm capture (%s) got %s",
+                    method, _FUSED_FORMS[form])
+    return unregistered
+
+
+def fused_unregistered(comm: Any, input: Any, residual_inp: Any, weight: Any, eps: float,
+                       use_1stage: bool = False, **kwargs: Any) -> Any:
+    """``fused_ar_rms(..., registered=False)`` in place of ``custom_fused_ar_rms``."""
+    fused = _fused_form(comm, input, "fused_ar_rms")
+    if fused is None:
+        return None
+    return fused(input, residual_inp, w=weight, eps=eps, registered=False,
+                 use_1stage=use_1stage, **kwargs)
+
+
+def fused_quant_unregistered(comm: Any, input: Any, residual_inp: Any, weight: Any, eps: float,
+                             group_size: int = 128, use_1stage: bool = False,
+                             **kwargs: Any) -> Any:
+    """``fused_ar_rms_per_group_quant(..., registered=False)`` in place of
+    ``custom_fused_ar_rms_per_group_quant``."""
+    fused = _fused_form(comm, input, "fused_ar_rms_per_group_quant")
+    if fused is None:
+        return None
+    return fused(input, residual_inp, w=weight, eps=eps, group_size=group_size,
+                 registered=False, use_1stage=use_1stage, **kwargs)
+
+
+_lock = threading.Lock()
+
+
+def is_installed(cls: type, name: str) -> bool:
+    """Whether a wrapper :func:`install` made is anywhere on ``cls.name``."""
+    fn = vars(cls).get(name)
+    while fn is not None:
+        if hasattr(fn, MARK):
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+    return False
+
+
+def install(cls: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
+            fix: str) -> bool:
+    """Put ``wrap(current)`` on ``cls.name``; ``True`` if installed now, ``False`` if already.
+
+    The wrapper keeps ``__wrapped__`` (the probes reach sglang's function through it) and the
+    method's name and docstring. Other plugins' ``HookRegistry`` hooks still apply: sglang runs
+    them after every plugin's ``register()``, on what the class holds then. Raises ``TypeError``
+    if ``cls.name`` is not a plain function."""
+    with _lock:
+        current = vars(cls)[name]
+        if is_installed(cls, name):
+            return False
+        if not isinstance(current, types.FunctionType):
+            raise TypeError(f"{cls.__name__}.{name} is {type(current).__name__}, not a function")
+        wrapper = functools.update_wrapper(wrap(current), current)
+        setattr(wrapper, MARK, fix)
+        setattr(cls, name, wrapper)
+        return True
+
+
+def where(version: Version | None) -> str:
+    return f"sglang {version}" if version is not None else "this sglang"
+
+
+class CollectiveFix:
+    """A collective fix as a pluggy plugin: ``name`` (its status, ``SGLANG_AITER_EXT_DISABLE``),
+    ``title`` (the collective, in statuses) and its ledger as ``__doc__``. It decides on ROCm
+    once sglang has imported :attr:`waits_for`, in :meth:`decide_now`."""
+
+    waits_for = PARALLEL_STATE
+
+    def __init__(self, name: str, title: str, *, ledger: str) -> None:
+        self.name = name
+        self.title = title
+        self.__doc__ = ledger
+
+    def decide_now(self, module: Any, version: Version | None) -> FixStatus:
+        """Decide (and install) now that sglang has imported :attr:`waits_for` (``module``)."""
+        raise NotImplementedError
+
+    def _decided(self, state: FixState, detail: str) -> Decision:
+        return Decision(FixStatus(self.name, state, detail))
+
+    @hookimpl
+    def aiter_ext_apply_fix(self, context: FixContext) -> FixStatus:
+        version = context.sglang_version
+        if version is None:
+            return FixStatus(self.name, FixState.SKIPPED, "sglang is not installed")
+        if not importlib.import_module("sglang.srt.utils").is_hip():  # sglang's own answer
+            return FixStatus(self.name, FixState.SKIPPED,
+                             f"not a ROCm (HIP) platform: sglang never takes an AITER "
+                             f"{self.title} here; nothing installed")
+        imported = sys.modules.get(self.waits_for)
+        if imported is not None:
+            return self.decide_now(imported, version)
+        decided: list[FixStatus] = []
+
+        def later(module: Any) -> None:
+            decided.append(self.decide_now(module, version))
+            context.report(decided[-1])
+
+        if when_imported(self.waits_for, later):  # imported meanwhile: decided now
+            return decided[-1]
+        return FixStatus(self.name, FixState.PENDING,
+                         f"decided when sglang imports {self.waits_for} (not imported yet in "
+                         "this process; every process that runs collectives imports it first)",
+                         waiting_for=(self.waits_for,))
+
+
+class Method(NamedTuple):
+    """A ``GroupCoordinator`` method a fix wraps: the parameter lists the wrapper is known to
+    suit; ``optional``: missing in some releases without making the fix ``skipped``."""
+
+    name: str
+    signatures: tuple[tuple[str, ...], ...]
+    optional: bool = False
+
+
+class Decision(NamedTuple):
+    """A fix's status, the conditions sglang ignores (which the wrappers add) and the methods to
+    wrap (empty unless ``applied``)."""
+
+    status: FixStatus
+    ignored: tuple[Condition, ...] = ()
+    methods: tuple[str, ...] = ()
+
+
+class Collective(CollectiveFix):
+    """A fix that wraps ``methods`` (each probed with ``invoke``) where sglang ignores a capture
+    condition; a capture that must not register hands sglang's method a view of aiter's
+    communicator with the unregistered ``forms``. ``how``: what the wrapper does (for the
+    ``applied`` status); ``plan``: what the wrappers check, set when they are installed."""
+
+    def __init__(self, name: str, title: str, *, invoke: Invoke,
+                 forms: Mapping[str, Callable[..., Any]], methods: tuple[Method, ...], how: str,
+                 ledger: str) -> None:
+        super().__init__(name, title, ledger=ledger)
+        self.methods = methods
+        self.invoke = invoke
+        self.forms = forms
+        self.how = how
+        self.plan: Plan | None = None
+
+    def coordinator_for(self, coordinator: Any, communicator: Any) -> Any:
+        """What sglang's method gets as ``self`` in a capture-mode call."""
+        plan = self.plan
+        if plan is None or not plan.unregistered(communicator):
+            return coordinator
+        import torch  # imported by sglang long before any capture
+
+        if not torch.cuda.is_current_stream_capturing():
+            return coordinator
+        return CoordinatorView(coordinator, CommunicatorView(communicator, self.forms))
+
+    def wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """The wrapper for one of :attr:`methods` (the module docstring)."""
+
+        def wrapper(coordinator: Any, *args: Any, **kwargs: Any) -> Any:
+            comm = getattr(coordinator, "ca_comm", None)
+            if comm is None or not getattr(comm, "_IS_CAPTURING", False):
+                return original(coordinator, *args, **kwargs)
+            return original(self.coordinator_for(coordinator, comm), *args, **kwargs)
+
+        return wrapper
+
+    def decide(self, cls: type, version: Version | None) -> Decision:
+        """Probe :attr:`methods` on ``cls`` (nothing is installed)."""
+        found: list[tuple[str, ProbeResult]] = []
+        absent: list[str] = []
+        for method in self.methods:
+            qualname = f"GroupCoordinator.{method.name}"
+            if method.name not in vars(cls):
+                if method.optional:
+                    absent.append(qualname)
+                    continue
+                return self._decided(FixState.SKIPPED, f"{where(version)} has no {qualname}: "
+                                     f"no AITER {self.title} path to fix")
+            params = parameters(cls, method.name)
+            if params not in method.signatures:
+                known = " or ".join(f"({', '.join(s)})" for s in method.signatures)
+                return self._decided(FixState.SKIPPED, f"{where(version)} changed {qualname} to "
+                                     f"({', '.join(params)}); the fix knows {known}, so it "
+                                     "leaves sglang unchanged")
+            try:
+                found.append((method.name, probe(cls, method.name, self.invoke)))
+            except NotAiterPath as exc:
+                return self._decided(FixState.SKIPPED, f"{where(version)}'s {qualname} never "
+                                     f"calls aiter's communicator (it takes {exc}): no AITER "
+                                     f"{self.title} path")
+            except ProbeError as exc:
+                return self._decided(FixState.FAILED, f"{exc}; sglang unchanged, please report "
+                                     "this sglang release")
+        names = " and ".join(f"GroupCoordinator.{name}" for name, _ in found)
+        note = f" ({', '.join(absent)}: not in {where(version)})" if absent else ""
+        needed = [(name, result) for name, result in found if result.ignored]
+        if not needed:
+            honoured = ", ".join(found[0][1].honoured) if found else "-"
+            verb = "captures" if len(found) == 1 else "capture"
+            return self._decided(FixState.NOT_NEEDED, f"{where(version)}'s {names} already {verb} "
+                                 f"unregistered under: {honoured}{note}")
+        # one plan serves all the methods: a condition a method already honours is harmless
+        ignored = tuple(c for c in Condition if any(c in r.ignored for _, r in needed))
+        honoured = ", ".join(c for c in Condition if c not in ignored) or "none"
+        registers = "registers" if len(found) == 1 else "register"
+        return Decision(
+            FixStatus(self.name, FixState.APPLIED,
+                      f"{where(version)}'s {names} {registers} during capture despite "
+                      f"{', '.join(ignored)}; {self.how}; sglang itself honours: {honoured}{note}"),
+            ignored=ignored, methods=tuple(name for name, _ in needed))
+
+    def decide_now(self, module: Any, version: Version | None) -> FixStatus:
+        cls = module.GroupCoordinator
+        decision = self.decide(cls, version)
+        for name in decision.methods:  # all or nothing: check before wrapping any
+            current = vars(cls)[name]
+            if not isinstance(current, types.FunctionType) and not is_installed(cls, name):
+                return FixStatus(self.name, FixState.FAILED,
+                                 f"GroupCoordinator.{name} is {type(current).__name__}, not a "
+                                 "function; sglang unchanged, please report this sglang release")
+        if decision.methods:
+            self.plan = plan_for(decision.ignored, module.envs)
+            for name in decision.methods:
+                install(cls, name, self.wrap, self.name)
+        return decision.status
+
+
+class AllReduceCheck(CollectiveFix):
+    """The all-reduce fix: probes only, when sglang imports ``custom_all_reduce`` (when it builds
+    its first group coordinator, before any capture); its ledger says what and why."""
+
+    waits_for = CUSTOM_ALL_REDUCE
+    out_place = "_all_reduce_out_place"
+    out_place_params = ("self", "input_", "outplace_all_reduce_method")
+
+    def decide_now(self, module: Any, version: Version | None) -> FixStatus:
+        parallel_state = importlib.import_module(PARALLEL_STATE)
+        return self.decide(parallel_state.GroupCoordinator, module, version).status
+
+    def decide(self, coordinator: type, car: Any, version: Version | None) -> Decision:
+        """Probe sglang's all-reduce capture path (nothing is installed)."""
+        method = f"GroupCoordinator.{self.out_place}"
+        if self.out_place not in vars(coordinator):
+            return self._decided(FixState.SKIPPED, f"{where(version)} has no {method}")
+        params = parameters(coordinator, self.out_place)
+        if params != self.out_place_params:
+            return self._decided(FixState.SKIPPED, f"{where(version)} changed {method} to "
+                                 f"({', '.join(params)}); the probe knows "
+                                 f"({', '.join(self.out_place_params)})")
+        try:
+            path = probe(coordinator, self.out_place, calling_with((1, 8), then=("ca",)))
+            factory = {tms: factory_flag(car.dispatch_custom_allreduce, tms)
+                       for tms in (False, True)}
+            own = {tms: own_class_registers(car.CustomAllreduce, tms) for tms in (False, True)}
+        except (ProbeError, NotAiterPath, AttributeError) as exc:
+            return self._decided(FixState.FAILED, f"{type(exc).__name__}: {exc}; please report "
+                                 "this sglang release")
+        tms, flag = Condition.TMS.value, Condition.COMM_FLAG.value
+        ignored = []
+        if not (path.baseline and not path.under[Condition.COMM_FLAG]):
+            ignored.append(f"{flag} ({method} calls {', '.join(path.methods)})")
+        if factory != {False: True, True: False}:
+            ignored.append(f"{tms} (aiter's communicator built with {REGISTER_FLAG}={factory})")
+        if own != {False: True, True: False}:
+            ignored.append(f"{tms} (sglang's own CustomAllreduce registers: {own})")
+        if ignored:
+            return self._decided(
+                FixState.FAILED,
+                f"{where(version)} registers all-reduce captures despite {'; '.join(ignored)}; "
+                "the plugin has no all-reduce wrapper: please report this release")
+        return self._decided(
+            FixState.NOT_NEEDED,
+            f"{where(version)} already captures all-reduce unregistered under {tms} (aiter's "
+            f"communicator is built with {REGISTER_FLAG}=False, sglang's own one passes "
+            f"registered=False) and under {flag} ({method} calls aiter's custom_all_reduce, "
+            "which follows it); sglang defines no copy-in for all-reduce; nothing installed")
+

@@ -1,66 +1,251 @@
 """Probe what an installed sglang method hands aiter's communicator during a stream capture.
 
-For one ``GroupCoordinator`` method, :func:`probe` runs sglang's own code (below any wrapper)
-under a simulated ROCm capture (:mod:`.simulation`) four times: no switch on, then each
-:class:`~.switches.Switch` on alone. Each run must make exactly one call on aiter's
-communicator (:mod:`.aiter_model`), which says whether that call registers the caller's tensors.
-The result lists the switches the method ignores (it still registers under them): what a fix
-must add. Four calls on CPU tensors; no kernel, no process group, nothing patched.
+Three *capture conditions* (:class:`Condition`) make registering the caller's tensors during a
+full CUDA-graph capture unsafe. :func:`probe` runs sglang's own method (below any wrapper) under
+a simulated ROCm capture with no condition, then each alone; each run must make exactly one call
+on :class:`CaptureCommunicator`, which records whether it registers. The conditions under which
+the method still registers are what a fix must add.
+
+The simulation changes nothing sglang, torch or ``os.environ`` holds: it runs a copy of the
+method (:func:`sglang_aiter_plugin._rebind.rebound`) whose module globals answer a HIP (gfx95)
+host, aiter's collectives wanted, no deterministic or 1-stage all-reduce, no piecewise graph,
+the stream capturing, TMS and copy-in as asked. A fall-back to a non-AITER collective
+(``torch.distributed``, ``all_gather_single``) raises :class:`NotAiterPath` instead.
 """
 
 from __future__ import annotations
 
+import enum
 import inspect
+import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, NamedTuple
 
 from sglang_aiter_plugin._errors import AiterExtError
-from sglang_aiter_plugin.fixes.collectives.aiter_model import AiterCall, CaptureCommunicator
-from sglang_aiter_plugin.fixes.collectives.simulation import (
-    NotAiterPath,
-    probe_coordinator,
-    simulated,
-)
-from sglang_aiter_plugin.fixes.collectives.switches import Switch
+from sglang_aiter_plugin._rebind import rebound
 
-__all__ = ["Invoke", "NotAiterPath", "ProbeError", "ProbeResult", "below_wrappers", "parameters",
-           "probe"]
+__all__ = ["AITER_MODULE", "COPY_IN_ENV", "TMS_ENV", "CaptureCommunicator", "Condition",
+           "Invoke", "NotAiterPath", "ProbeError", "ProbeResult", "below_wrappers", "calling_with",
+           "factory_flag",
+           "own_class_registers", "parameters", "probe", "simulated"]
 
-Invoke = Callable[[Callable[..., Any], Any], Any]
-"""How to call the method: ``invoke(method, coordinator)`` with the method's own arguments.
+TMS_ENV = "SGLANG_MEMORY_SAVER_CUDA_GRAPH"
+COPY_IN_ENV = "SGLANG_AITER_CAPTURE_COPY_IN"
+AITER_MODULE = "aiter.dist.device_communicators.custom_all_reduce"
+"""Where sglang imports aiter's communicator from, inside its functions."""
+WORLD_SIZE = 2
 
-Its tensors are ``torch.empty``: nothing reads their values (the communicator is the probe's
-model), and ``zeros``/``ones`` would each add their fill kernel's first-call cost at start-up."""
+
+class Condition(str, enum.Enum):
+    """A capture condition under which the capture must not register the caller's tensors; each
+    value is its label in statuses. TMS: torch_memory_saver's graph pool cannot be IPC-exported;
+    COPY_IN: sglang's request to stage through aiter's buffer (0.5.22+ reads it once, at import
+    of ``parallel_state``); COMM_FLAG: aiter turns it off for expandable segments and gfx1250
+    (a communicator without the attribute allows registration)."""
+
+    TMS = f"{TMS_ENV}=1"
+    COPY_IN = f"{COPY_IN_ENV}=1"
+    COMM_FLAG = "communicator enable_register_for_capturing=False"
+
+    __str__ = str.__str__  # the value, as enum.StrEnum (Python 3.11+) does
+
+
+class NotAiterPath(AiterExtError):
+    """sglang took a collective other than aiter's (raised instead of communicating)."""
 
 
 class ProbeError(AiterExtError, RuntimeError):
     """The installed method did not behave like any release the probe understands."""
 
 
-class ProbeResult:
-    """Whether the capture registers, with no switch on (``baseline``) and under each switch.
+class CaptureCommunicator:
+    """aiter's ``CustomAllreduce`` while a stream captures: each call records whether it would
+    register, as aiter's ``custom_all_reduce.py`` does: an explicit ``registered=`` as given;
+    ``all_gather_reg`` and ``custom_fused_ar_rms*`` always; ``all_gather_unreg`` never;
+    ``custom_all_reduce``, ``custom_all_gather``, ``custom_reduce_scatter`` per
+    ``enable_register_for_capturing``. Its gates (``disabled``, ``should_custom_*``) say yes."""
 
-    ``methods``: the communicator methods sglang called, in probe order (for the status).
+    def __init__(self, *, register_flag: bool) -> None:
+        self.disabled = False
+        self._IS_CAPTURING = True
+        self.enable_register_for_capturing = register_flag
+        self.world_size = WORLD_SIZE
+        self.calls: list[tuple[str, bool]] = []  # (method, whether it registers)
+
+    def should_custom_ar(self, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+    should_custom_ag = should_custom_rs = should_custom_ar
+
+    def _record(self, method: str, registered: Any, result: Any) -> Any:
+        self.calls.append((method, bool(registered)))
+        return result
+
+    def custom_all_reduce(self, inp: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._record("custom_all_reduce", self.enable_register_for_capturing, inp)
+
+    def reduce_scatter(self, inp: Any, out: Any, *args: Any, registered: bool = False,
+                       **kwargs: Any) -> None:
+        self._record("reduce_scatter", registered, None)
+
+    def custom_reduce_scatter(self, inp: Any, out: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._record("custom_reduce_scatter", self.enable_register_for_capturing, out)
+
+    def all_gather_reg(self, inp: Any, out: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return self._record("all_gather_reg", True, out)
+
+    def all_gather_unreg(self, inp: Any, out: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return self._record("all_gather_unreg", False, out)
+
+    def custom_all_gather(self, inp: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._record("custom_all_gather", self.enable_register_for_capturing, inp)
+
+    def custom_fused_ar_rms(self, inp: Any, residual: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._record("custom_fused_ar_rms", True, (inp, residual))
+
+    def fused_ar_rms(self, inp: Any, residual: Any, *args: Any, registered: bool = False,
+                     **kwargs: Any) -> Any:
+        return self._record("fused_ar_rms", registered, (inp, residual))
+
+    def custom_fused_ar_rms_per_group_quant(self, inp: Any, residual: Any, *args: Any,
+                                            **kwargs: Any) -> Any:
+        return self._record("custom_fused_ar_rms_per_group_quant", True, (inp, residual, inp))
+
+    def fused_ar_rms_per_group_quant(self, inp: Any, residual: Any, *args: Any,
+                                     registered: bool = False, **kwargs: Any) -> Any:
+        return self._record("fused_ar_rms_per_group_quant", registered, (inp, residual, inp))
+
+
+_UNSET = object()
+#: Coordinator attributes a collective may read before it picks a backend: none exists in the
+#: probe, so sglang cannot reach a real communicator or process group.
+_ABSENT_BACKENDS = ("pynccl_comm", "pymscclpp_comm", "qr_comm", "torch_symm_mem_comm",
+                    "pcie_ipc_comm", "hpu_communicator", "xpu_communicator", "npu_communicator",
+                    "device_group", "cpu_group")
+_SILENT = logging.Logger("sglang_aiter_plugin.probe")  # outside the logging tree: nothing global
+_SILENT.disabled = True
+
+
+def _fixed_env(value: Any) -> Any:
+    """One of sglang's ``envs`` fields, with a fixed value (``_UNSET``: not set)."""
+    return SimpleNamespace(get=lambda: False if value is _UNSET else value,
+                           is_set=lambda: value is not _UNSET)
+
+
+class _View:
+    """``real`` except for the attributes given."""
+
+    def __init__(self, real: Any, **fixed: Any) -> None:
+        self._real = real
+        self.__dict__.update(fixed)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def _refuse(what: str) -> Callable[..., Any]:
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise NotAiterPath(what)
+
+    return refused
+
+
+class _Refusing:
+    """Any attribute is a function that raises :class:`NotAiterPath`."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        return _refuse(f"{self._what}.{name}")
+
+
+def _fixed_names(fn: Callable[..., Any], *, tms: bool, copy_in: bool) -> dict[str, Any]:
+    """The names in ``fn``'s module that answer as on a capturing ROCm host."""
+    import torch
+
+    real_envs = fn.__globals__.get("envs")
+    real_torch = fn.__globals__.get("torch", torch)
+    fixed_envs = {TMS_ENV: tms, COPY_IN_ENV: copy_in, "SGLANG_DP_USE_REDUCE_SCATTER": True,
+                  "SGLANG_USE_AITER_AG": True, "SGLANG_USE_1STAGE_ALLREDUCE": _UNSET,
+                  "SGLANG_ENABLE_DETERMINISTIC_INFERENCE": False,
+                  "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": False}
+    envs = _View(real_envs, **{name: _fixed_env(value) for name, value in fixed_envs.items()})
+    cuda = _View(real_torch.cuda, is_current_stream_capturing=lambda: True)
+    return {
+        "is_hip": lambda: True, "_is_hip": True, "_is_cuda": False, "_is_musa": False,
+        "is_gfx95_supported": lambda: True, "_use_amd_deterministic_impl": lambda: False,
+        "is_in_tc_piecewise_cuda_graph": lambda: False,
+        "is_in_piecewise_cuda_graph": lambda: False,
+        "get_bool_env_var": lambda name, default="false": name == "SGLANG_USE_AITER_AR",
+        "envs": envs,
+        "torch": _View(real_torch, cuda=cuda, distributed=_Refusing("torch.distributed")),
+        "all_gather_single": _refuse("all_gather_single"),
+        "logger": _SILENT,
+        "_AITER_CAPTURE_COPY_IN": copy_in,
+    }
+
+
+def simulated(fn: Callable[..., Any], *, tms: bool, copy_in: bool,
+              aiter_names: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+    """A copy of sglang's ``fn`` that sees a ROCm host capturing a CUDA graph.
+
+    ``aiter_names``: what ``from aiter.dist.device_communicators.custom_all_reduce import ...``
+    inside ``fn`` gives (aiter itself is never imported).
     """
+    names = _fixed_names(fn, tms=tms, copy_in=copy_in)
+    if aiter_names:
+        return rebound(fn, {**names, **aiter_names}, module=AITER_MODULE, strict=False)
+    return rebound(fn, names, strict=False)
 
-    __slots__ = ("baseline", "methods", "under")
 
-    def __init__(self, baseline: bool, under: Mapping[str, bool],
-                 methods: tuple[str, ...] = ()) -> None:
-        self.baseline = baseline
-        self.under = under
-        self.methods = methods
+def _probe_coordinator(cls: type, communicator: CaptureCommunicator) -> Any:
+    """A real ``GroupCoordinator`` made without ``__init__``: aiter's communicator and no other;
+    its deterministic-collectives gate answers ``False``."""
+    coordinator: Any = object.__new__(cls)
+    coordinator.ca_comm = communicator
+    coordinator.world_size = WORLD_SIZE
+    for name in _ABSENT_BACKENDS:
+        setattr(coordinator, name, None)
+    coordinator._deterministic_collectives_enabled = lambda: False
+    coordinator.is_symmetric_memory_enabled = lambda: False
+    return coordinator
+
+
+Invoke = Callable[[Callable[..., Any], Any], Any]
+"""How to call the method: ``invoke(method, coordinator)`` with the method's own arguments."""
+
+
+def calling_with(*shapes: tuple[int, ...], then: tuple[Any, ...] = ()) -> Invoke:
+    """An :data:`Invoke` passing empty tensors of ``shapes`` (nothing reads them), then ``then``."""
+
+    def invoke(method: Callable[..., Any], coordinator: Any) -> Any:
+        import torch
+
+        return method(coordinator, *(torch.empty(shape) for shape in shapes), *then)
+
+    return invoke
+
+
+class ProbeResult(NamedTuple):
+    """Whether the capture registers with no condition (``baseline``) and under each condition;
+    ``methods``: the communicator methods sglang called, in probe order (for the status)."""
+
+    baseline: bool
+    under: Mapping[Condition, bool]
+    methods: tuple[str, ...] = ()
 
     @property
-    def ignored(self) -> tuple[str, ...]:
-        """Switches under which the installed method still registers (what a fix must add)."""
+    def ignored(self) -> tuple[Condition, ...]:
+        """Conditions under which the installed method still registers (what a fix must add)."""
         if not self.baseline:
             return ()
-        return tuple(s for s in Switch.ALL if self.under[s])
+        return tuple(c for c in Condition if self.under[c])
 
     @property
-    def honoured(self) -> tuple[str, ...]:
-        return tuple(s for s in Switch.ALL if s not in self.ignored)
+    def honoured(self) -> tuple[Condition, ...]:
+        return tuple(c for c in Condition if c not in self.ignored)
 
 
 def below_wrappers(cls: type, name: str) -> Callable[..., Any]:
@@ -79,57 +264,32 @@ def below_wrappers(cls: type, name: str) -> Callable[..., Any]:
 
 def parameters(cls: type, name: str) -> tuple[str, ...]:
     """Parameter names of sglang's own ``cls.name`` (below any wrapper), in signature order."""
-    function = below_wrappers(cls, name)
-    code = getattr(function, "__code__", None)
-    if code is None or hasattr(function, "__signature__"):
-        return tuple(inspect.signature(function).parameters)
-    # read from the code object, as inspect.signature does for a plain function, without
-    # building its Signature (these run at start-up in every ROCm process)
-    names = code.co_varnames
-    positional, keyword_only = code.co_argcount, code.co_kwonlyargcount
-    params = list(names[:positional])
-    extra = positional + keyword_only
-    if code.co_flags & inspect.CO_VARARGS:
-        params.append(names[extra])
-        extra += 1
-    params.extend(names[positional:positional + keyword_only])
-    if code.co_flags & inspect.CO_VARKEYWORDS:
-        params.append(names[extra])
-    return tuple(params)
-
-
-def _one_call(cls: type, name: str, method: Callable[..., Any], invoke: Invoke,
-              comm_flag: bool) -> AiterCall:
-    communicator = CaptureCommunicator(register_flag=comm_flag)
-    invoke(method, probe_coordinator(cls, communicator))
-    if len(communicator.calls) != 1:
-        made = ", ".join(c.method for c in communicator.calls) or "none"
-        raise ProbeError(
-            f"under a simulated ROCm capture, {cls.__name__}.{name} made "
-            f"{len(communicator.calls)} call(s) on aiter's communicator ({made}); expected one"
-        )
-    return communicator.calls[0]
+    return tuple(inspect.signature(below_wrappers(cls, name)).parameters)
 
 
 def probe(cls: type, name: str, invoke: Invoke) -> ProbeResult:
-    """Run sglang's ``cls.name`` under a simulated capture with each switch (see module doc).
+    """Run sglang's ``cls.name`` under a simulated capture with each condition (module doc).
 
-    Raises :class:`NotAiterPath` when the method takes no AITER collective at all,
-    :class:`ProbeError` (with the reason) when it behaves unlike any known release, and
-    ``AttributeError`` when it does not exist.
+    Raises :class:`NotAiterPath` when it takes no AITER collective, :class:`ProbeError` when it
+    behaves unlike any known release, ``AttributeError`` when it does not exist.
     """
     own = below_wrappers(cls, name)  # AttributeError / ProbeError before anything runs
-    # (tms, copy_in, communicator flag) per run: no switch on, then each switch alone
-    runs = {None: (False, False, True), Switch.TMS: (True, False, True),
-            Switch.COPY_IN: (False, True, True), Switch.COMM_FLAG: (False, False, False)}
-    copies: dict[tuple[bool, bool], Callable[..., Any]] = {}
-    calls: dict[str | None, AiterCall] = {}
+    # (tms, copy_in, communicator flag) per run: no condition, then each condition alone
+    runs = {None: (False, False, True), Condition.TMS: (True, False, True),
+            Condition.COPY_IN: (False, True, True), Condition.COMM_FLAG: (False, False, False)}
+    calls: dict[Condition | None, tuple[str, bool]] = {}
     try:
-        for switch, (tms, copy_in, comm_flag) in runs.items():
-            method = copies.get((tms, copy_in))
-            if method is None:
-                method = copies[tms, copy_in] = simulated(own, tms=tms, copy_in=copy_in)
-            calls[switch] = _one_call(cls, name, method, invoke, comm_flag)
+        for condition, (tms, copy_in, comm_flag) in runs.items():
+            communicator = CaptureCommunicator(register_flag=comm_flag)
+            invoke(simulated(own, tms=tms, copy_in=copy_in),
+                   _probe_coordinator(cls, communicator))
+            if len(communicator.calls) != 1:
+                made = ", ".join(m for m, _ in communicator.calls) or "none"
+                raise ProbeError(
+                    f"under a simulated ROCm capture, {cls.__name__}.{name} made "
+                    f"{len(communicator.calls)} call(s) on aiter's communicator ({made}); "
+                    "expected one")
+            calls[condition] = communicator.calls[0]
     except (ProbeError, NotAiterPath):
         raise
     except Exception as exc:
@@ -137,9 +297,49 @@ def probe(cls: type, name: str, invoke: Invoke) -> ProbeResult:
             f"{cls.__name__}.{name} raised under a simulated ROCm capture: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-    methods = tuple(dict.fromkeys(c.method for c in calls.values()))
     return ProbeResult(
-        baseline=calls[None].registered,
-        under={s: calls[s].registered for s in Switch.ALL},
-        methods=methods,
+        baseline=calls[None][1],
+        under={c: calls[c][1] for c in Condition},
+        methods=tuple(dict.fromkeys(m for m, _ in calls.values())),
     )
+
+
+REGISTER_FLAG = "enable_register_for_capturing"
+
+
+class _AiterCommunicatorClass:
+    """Stands in for aiter's ``CustomAllreduce`` class: only what sglang binds to it is read."""
+
+
+def factory_flag(dispatch: Callable[..., Any], tms: bool) -> Any:
+    """``enable_register_for_capturing`` that sglang's ``dispatch_custom_allreduce`` binds for
+    aiter's communicator on a simulated ROCm host (``"unset"`` when it binds none)."""
+    import functools
+
+    copy = simulated(dispatch, tms=tms, copy_in=False,
+                     aiter_names={"CustomAllreduce": _AiterCommunicatorClass})
+    chosen = copy(*[None] * len(inspect.signature(dispatch).parameters))
+    if not isinstance(chosen, functools.partial) or chosen.func is not _AiterCommunicatorClass:
+        raise ProbeError(f"dispatch_custom_allreduce chose {chosen!r} on a simulated ROCm host, "
+                         "not aiter's communicator")
+    return chosen.keywords.get(REGISTER_FLAG, "unset")
+
+
+def own_class_registers(cls: type, tms: bool) -> bool:
+    """Whether sglang's own HIP ``CustomAllreduce`` registers during a simulated capture."""
+    import torch
+
+    calls: list[bool] = []
+    comm: Any = object.__new__(cls)
+    comm.disabled = False
+    comm._ptr = 0  # no native handle: its close() (from __del__) has nothing to free
+    comm._IS_CAPTURING = True
+    comm.tms_cudagraph = tms  # what its constructor reads from SGLANG_MEMORY_SAVER_CUDA_GRAPH
+    comm.should_custom_ar = lambda inp: True
+    comm._all_reduce_impl = lambda inp, registered: calls.append(bool(registered))
+    simulated(below_wrappers(cls, "custom_all_reduce"), tms=tms, copy_in=False)(
+        comm, torch.empty((1, 8)))
+    if len(calls) != 1:
+        raise ProbeError(f"{cls.__name__}.custom_all_reduce made {len(calls)} all-reduce call(s) "
+                         "under a simulated ROCm capture; expected one")
+    return calls[0]

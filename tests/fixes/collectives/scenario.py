@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from sglang_aiter_plugin.fixes.collectives.switches import Switch
+from sglang_aiter_plugin.fixes.collectives.probe import Condition
 from testkit.collective_facts import FIRST_WITH_PIECEWISE_FUSED, has_path, has_quant
 from testkit.doubles.communicator import MARK
 from testkit.subproc import run_python
@@ -96,6 +96,30 @@ def call(name, method, branch, tms, flag, kind):
     stream["capturing"] = False
     return {**summary(name, ret, call_args), "calls": [list(c) for c in comm.calls]}
 
+def outcome(fn, coordinator, call_args):
+    try:
+        return ["returned", repr(fn(coordinator, *call_args))]
+    except Exception as exc:
+        return ["raised", type(exc).__name__]
+
+# coordinators built without __init__ (as sglang's own unit tests build them), with sglang's
+# reduce-scatter off (it returns before reading ca_comm) and on; read per call through envs
+bare = {}
+zeros = {"_all_gather_into_tensor": (torch.zeros(2, 8), torch.zeros(1, 8)),
+         "_maybe_aiter_reduce_scatter": (torch.zeros(1, 8), torch.zeros(2, 8))}
+fused = (torch.zeros(1, 128), torch.zeros(1, 128), torch.ones(128), 1e-6)
+for rs in ("0", "1"):
+    os.environ["SGLANG_DP_USE_REDUCE_SCATTER"] = rs
+    field = getattr(ps.envs, "SGLANG_DP_USE_REDUCE_SCATTER", None)
+    bare[rs] = {"read": None if field is None else field.get(), "methods": {}}
+    for name in METHODS:
+        raw = ps.GroupCoordinator.__dict__.get(name)
+        if raw is not None and hasattr(raw, "__wrapped__"):
+            c = object.__new__(ps.GroupCoordinator)
+            bare[rs]["methods"][name] = {"hooked": outcome(raw, c, zeros.get(name, fused)),
+                                         "upstream": outcome(inspect.unwrap(raw), c,
+                                                             zeros.get(name, fused))}
+
 cases, wrappers = {}, {}
 for name in METHODS:
     raw = ps.GroupCoordinator.__dict__.get(name)
@@ -115,7 +139,8 @@ reduce_layers = {n: layers(ps.GroupCoordinator.__dict__[n])
                  for n in ("all_reduce", "_all_reduce_out_place")}
 print("RESULT " + json.dumps({"statuses": statuses, "layers": wrappers,
                               "all_reduce_layers": reduce_layers,
-                              "registry": sorted(HookRegistry._hooks), "cases": cases}))
+                              "registry": sorted(HookRegistry._hooks), "cases": cases,
+                              "bare": bare}))
 """.replace("BRANCHES", repr(BRANCHES)).replace("FLAGS", repr(FLAGS)).replace(
     "KINDS", repr(KINDS)).replace("METHODS", repr(tuple(METHODS)))
 
@@ -173,7 +198,8 @@ def expected(method: str, branch: str, *, unsafe: bool, kind: str,
     return {"ret": None, "calls": []}  # sglang's "fusion unavailable": its unfused path
 
 
-def unsafe(*, tms: bool, copy_in: bool, flag: bool | None, honoured: frozenset[str]) -> bool:
-    """Whether a capture goes unregistered when exactly the ``honoured`` switches are honoured."""
-    return ((tms and Switch.TMS in honoured) or (copy_in and Switch.COPY_IN in honoured)
-            or (flag is False and Switch.COMM_FLAG in honoured))
+def unsafe(*, tms: bool, copy_in: bool, flag: bool | None,
+           honoured: frozenset[Condition]) -> bool:
+    """Whether a capture goes unregistered when exactly the ``honoured`` conditions are honoured."""
+    return ((tms and Condition.TMS in honoured) or (copy_in and Condition.COPY_IN in honoured)
+            or (flag is False and Condition.COMM_FLAG in honoured))

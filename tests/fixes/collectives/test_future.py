@@ -1,4 +1,4 @@
-"""A future sglang: a method gone, its signature changed, or every switch honoured upstream.
+"""A future sglang: a method gone, its signature changed, or every condition honoured upstream.
 
 The real ``GroupCoordinator`` of the installed release is used, on a simulated ROCm host; only
 the methods under test are swapped (or deleted) for the duration of a test. In each case the fix
@@ -14,8 +14,8 @@ import pytest
 
 from sglang_aiter_plugin import FixState
 from sglang_aiter_plugin._sglang import installed_sglang_version
-from sglang_aiter_plugin.fixes.collectives import all_gather, fused_ar_rmsnorm, reduce_scatter
-from sglang_aiter_plugin.fixes.collectives.install import is_installed
+from sglang_aiter_plugin.fixes.collectives import ALL_GATHER, FUSED_AR_RMSNORM, REDUCE_SCATTER
+from sglang_aiter_plugin.fixes.collectives.fix import is_installed
 from sglang_aiter_plugin.plugin.spec import FixContext
 from testkit.doubles import future_collectives as future
 from testkit.doubles.rocm_platform import simulated_rocm
@@ -37,9 +37,9 @@ def _apply(fix: Any) -> Any:
 
 
 @pytest.mark.parametrize(("fix", "method"), [
-    (all_gather, "_all_gather_into_tensor"),
-    (reduce_scatter, "_maybe_aiter_reduce_scatter"),
-    (fused_ar_rmsnorm, "fused_allreduce_rmsnorm"),
+    (ALL_GATHER, "_all_gather_into_tensor"),
+    (REDUCE_SCATTER, "_maybe_aiter_reduce_scatter"),
+    (FUSED_AR_RMSNORM, "fused_allreduce_rmsnorm"),
 ])
 def test_method_removed_is_skipped(coordinator: Any, monkeypatch: pytest.MonkeyPatch,
                                    fix: Any, method: str) -> None:
@@ -53,7 +53,7 @@ def test_method_removed_is_skipped(coordinator: Any, monkeypatch: pytest.MonkeyP
 def test_changed_signature_is_skipped(coordinator: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(coordinator, "_maybe_aiter_reduce_scatter", future.with_an_extra_parameter,
                         raising=False)
-    status = _apply(reduce_scatter)
+    status = _apply(REDUCE_SCATTER)
     assert status.state is FixState.SKIPPED
     assert "changed GroupCoordinator._maybe_aiter_reduce_scatter to (self, output, input, dim)" \
         in status.detail
@@ -61,9 +61,9 @@ def test_changed_signature_is_skipped(coordinator: Any, monkeypatch: pytest.Monk
 
 
 @pytest.mark.parametrize(("fix", "swaps"), [
-    (all_gather, {"_all_gather_into_tensor": future.all_gather_honouring_every_switch}),
-    (reduce_scatter, {"_maybe_aiter_reduce_scatter": future.reduce_scatter_honouring_every_switch}),
-    (fused_ar_rmsnorm, {"fused_allreduce_rmsnorm": future.fused_honouring_every_switch,
+    (ALL_GATHER, {"_all_gather_into_tensor": future.all_gather_honouring_every_switch}),
+    (REDUCE_SCATTER, {"_maybe_aiter_reduce_scatter": future.reduce_scatter_honouring_every_switch}),
+    (FUSED_AR_RMSNORM, {"fused_allreduce_rmsnorm": future.fused_honouring_every_switch,
                         "fused_allreduce_rmsnorm_quant_per_group":
                             future.quant_honouring_every_switch}),
 ], ids=["all-gather", "reduce-scatter", "fused"])

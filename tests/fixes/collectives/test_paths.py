@@ -1,6 +1,6 @@
 """Every branch x switch x communicator of each hooked collective, through ``load_plugins()``.
 
-The hooked method must take the unregistered path during a stream capture whenever TMS, copy-in
+The wrapped method must take the unregistered path during a stream capture whenever TMS, copy-in
 or the communicator flag says so, and otherwise do exactly what sglang does; sglang's own method
 below the wrapper must do what the release is known to do (so the evidence compares against the
 real upstream behaviour, not an assumption).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from sglang_aiter_plugin.fixes.collectives.switches import Switch
+from sglang_aiter_plugin.fixes.collectives.probe import Condition
 from testkit.collective_facts import NEWEST_KNOWN, honoured_upstream
 from tests.fixes.collectives.scenario import METHODS, cases, child_data, expected, unsafe
 
@@ -32,7 +32,7 @@ def test_hooked_method_takes_the_safe_path(case: tuple[str, str, bool, bool | No
                                            copy_in: bool, sglang_version: Version) -> None:
     method, branch, tms, flag, kind = case
     got = child_data(copy_in)["cases"][f"{method}|{branch}|{tms}|{flag}|{kind}"]["hooked"]
-    all_honoured = frozenset(Switch.ALL)
+    all_honoured = frozenset(Condition)
     want = expected(method, branch, kind=kind, version=sglang_version,
                     unsafe=unsafe(tms=tms, copy_in=copy_in, flag=flag, honoured=all_honoured))
     assert got == want

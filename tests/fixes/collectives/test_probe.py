@@ -14,12 +14,11 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin._status import FixState
-from sglang_aiter_plugin.fixes.collectives.fused_ar_rmsnorm import COLLECTIVE as FUSED
-from sglang_aiter_plugin.fixes.collectives.probe import ProbeError, parameters, probe
-from sglang_aiter_plugin.fixes.collectives.reduce_scatter import COLLECTIVE as REDUCE_SCATTER
-from sglang_aiter_plugin.fixes.collectives.switches import Switch
-from sglang_aiter_plugin.fixes.collectives.verdicts import verdicts
+from sglang_aiter_plugin.fixes.collectives import FUSED_AR_RMSNORM as FUSED
+from sglang_aiter_plugin.fixes.collectives import REDUCE_SCATTER
+from sglang_aiter_plugin.fixes.collectives.probe import Condition, ProbeError, parameters, probe
 from testkit.collective_facts import FIRST_WITH_PATH, NEWEST_KNOWN, has_path, honoured_upstream
+from testkit.collective_verdicts import verdicts
 
 HOOKED = ("capture-all-gather", "capture-reduce-scatter", "capture-fused-ar-rmsnorm")
 
@@ -50,7 +49,7 @@ def test_verdict_is_what_the_release_is_known_to_need(known, found, fix: str,  #
         assert verdict.status.state is FixState.SKIPPED, verdict.status
         return
     assert verdict.status.state is FixState.APPLIED, verdict.status
-    assert set(verdict.ignored) == set(Switch.ALL) - honoured_upstream(fix, sglang_version)
+    assert set(verdict.ignored) == set(Condition) - honoured_upstream(fix, sglang_version)
 
 
 def test_all_reduce_is_not_needed_by_probe(found, sglang_version: Version) -> None:  # type: ignore[no-untyped-def]
@@ -107,7 +106,7 @@ def test_probe_looks_below_any_wrapper(parallel_state, sglang_version: Version) 
         return None
 
     setattr(Wrapped, name, unregistered_always)  # a wrapper that hides the registration
-    assert probe(Wrapped, name, FUSED.methods[0].invoke).ignored == Switch.ALL
+    assert probe(Wrapped, name, FUSED.invoke).ignored == tuple(Condition)
 
 
 def test_probe_names_a_method_it_cannot_drive(parallel_state, sglang_version: Version) -> None:  # type: ignore[no-untyped-def]
@@ -125,26 +124,20 @@ def test_probe_names_a_method_it_cannot_drive(parallel_state, sglang_version: Ve
             return False
 
     with pytest.raises(ProbeError, match=r"Raising\._maybe_aiter_reduce_scatter raised .*new_gate"):
-        probe(Raising, method.name, method.invoke)
+        probe(Raising, method.name, REDUCE_SCATTER.invoke)
     with pytest.raises(ProbeError, match=r"made 0 call\(s\) on aiter's communicator \(none\)"):
-        probe(NeverCalls, method.name, method.invoke)
+        probe(NeverCalls, method.name, REDUCE_SCATTER.invoke)
 
 
-def _f1(self, a, b=1, *args, c, d=2, **kwargs): ...  # type: ignore[no-untyped-def]
-def _f2(a, /, b, *, c): ...  # type: ignore[no-untyped-def]
-def _f3(self, **kw): ...  # type: ignore[no-untyped-def]
-def _f4(*args): ...  # type: ignore[no-untyped-def]
+def test_parameters_are_sglangs_own_below_any_wrapper() -> None:
+    """A wrapper may claim any signature (``__signature__``); the parameters are the function's
+    below every ``__wrapped__``."""
+    def own(self, output, input): ...  # type: ignore[no-untyped-def]
 
+    def wrapper(self, *args, **kwargs): ...  # type: ignore[no-untyped-def]
 
-@pytest.mark.parametrize("function", [_f1, _f2, _f3, _f4])
-def test_parameters_lists_names_in_signature_order(function: Any) -> None:
-    """``parameters`` reads the code object; it must agree with ``inspect.signature``."""
-    holder = type("Holder", (), {"method": function})
-    assert parameters(holder, "method") == tuple(inspect.signature(function).parameters)
-
-
-def test_parameters_of_sglangs_methods_agree_with_inspect(parallel_state) -> None:  # type: ignore[no-untyped-def]
-    cls = parallel_state.GroupCoordinator
-    for name, member in vars(cls).items():
-        if inspect.isfunction(member):
-            assert parameters(cls, name) == tuple(inspect.signature(member).parameters), name
+    wrapper.__wrapped__ = own  # type: ignore[attr-defined]
+    wrapper.__signature__ = inspect.signature(lambda self, extra: None)  # type: ignore[attr-defined]
+    holder = type("Holder", (), {"method": wrapper, "static": staticmethod(own)})
+    assert parameters(holder, "method") == ("self", "output", "input")
+    assert parameters(holder, "static") == ("self", "output", "input")

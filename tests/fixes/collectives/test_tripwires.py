@@ -12,29 +12,32 @@ from packaging.version import Version
 
 from sglang_aiter_plugin._status import FixState
 from sglang_aiter_plugin.fixes.collectives import FIXES
-from sglang_aiter_plugin.fixes.collectives.verdicts import Verdict, verdicts
+from sglang_aiter_plugin.fixes.collectives.fix import Decision
+from testkit.collective_verdicts import verdicts
 
-MODULES = dict(FIXES)
+OBJECTS = {"capture-all-gather": "ALL_GATHER", "capture-reduce-scatter": "REDUCE_SCATTER",
+           "capture-fused-ar-rmsnorm": "FUSED_AR_RMSNORM"}
 
 
 @pytest.fixture(scope="module")
-def found() -> dict[str, Verdict]:
+def found() -> dict[str, Decision]:
     return verdicts()
 
 
-@pytest.mark.parametrize("fix", [n for n, _ in FIXES if n != "capture-all-reduce"])
-def test_fix_is_still_needed(found: dict[str, Verdict], fix: str, sglang_version: Version) -> None:
+@pytest.mark.parametrize("fix", [f.name for f in FIXES if f.name != "capture-all-reduce"])
+def test_fix_is_still_needed(found: dict[str, Decision], fix: str, sglang_version: Version) -> None:
     verdict = found[fix]
     if verdict.status.state is FixState.SKIPPED:
         pytest.skip(f"sglang {sglang_version}: {verdict.status.detail}")
     assert verdict.status.state is FixState.APPLIED, (
         f"sglang {sglang_version} no longer needs {fix} ({verdict.status.detail}). Its ledger's "
         f"'Remove when' is met once {sglang_version} or a later release is the oldest supported "
-        f"one: then delete {MODULES[fix]} and its entry in sglang_aiter_plugin.fixes.collectives."
-        f"FIXES. Until then, record the release in testkit/collective_facts.py.")
+        f"one: then delete {OBJECTS[fix]} from sglang_aiter_plugin.fixes.collectives (and from its "
+        f"FIXES) and {fix} from sglang_aiter_plugin.fixes.BUILTIN_FIXES. Until then, record the "
+        f"release in testkit/collective_facts.py.")
 
 
-def test_all_reduce_still_needs_no_fix(found: dict[str, Verdict], sglang_version: Version) -> None:
+def test_all_reduce_still_needs_no_fix(found: dict[str, Decision], sglang_version: Version) -> None:
     status = found["capture-all-reduce"].status
     assert status.state is FixState.NOT_NEEDED, (
         f"sglang {sglang_version} changed its all-reduce capture path ({status.detail}); the "

@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -58,9 +59,13 @@ class Output:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port below 50000: sglang derives others from it (0.5.11's gRPC port adds 10000
+    and must stay below 65536)."""
+    rng = random.Random()
+    while True:
+        port = rng.randrange(20000, 50000)
+        if _port_free(port):
+            return port
 
 
 def _port_free(port: int) -> bool:
@@ -105,7 +110,10 @@ class Server:
             root = psutil.Process(self.proc.pid)
             for p in [root, *root.children(recursive=True)]:
                 with contextlib.suppress(psutil.Error):
-                    tree[p.pid] = (p.create_time(), " ".join(p.cmdline())[:200])
+                    title = " ".join(p.cmdline())[:200].strip()
+                    if not title and p.pid in self.seen:  # exiting: keep its last title
+                        title = self.seen[p.pid][1]
+                    tree[p.pid] = (p.create_time(), title)
                     rss += p.memory_info().rss
                     self.ports |= {c.laddr.port for c in p.net_connections("inet")
                                    if c.status == psutil.CONN_LISTEN}
@@ -149,25 +157,20 @@ class Server:
         return outs
 
     def stop(self) -> None:
-        """End the tree by its own PIDs; raise if a process or a listening port is left."""
+        """End the tree by its own PIDs: SIGKILL to the launcher's process group and to every
+        process seen in the tree (its answers are already collected; sglang's own SIGTERM path
+        spends seconds on crash diagnostics). Raise if a process or a listening port is left."""
         self.observe()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        deadline = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < deadline and self.alive():
-            time.sleep(0.5)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         for pid in self.alive():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(10)
-        time.sleep(0.5)
+            self.proc.wait(STOP_GRACE_S)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < deadline and self.alive():
+            time.sleep(0.2)
         left = self.alive()
         busy = sorted(p for p in self.ports | {self.port} if not _port_free(p))
         if left or busy:

@@ -12,9 +12,17 @@ import pytest
 
 from testkit.server import ServerFailed
 from tests.e2e import workload
-from tests.e2e.conftest import BURST, BURST_LENGTHS, DP_RANK_POOL, Run
+from tests.e2e.conftest import BURST, BURST_LENGTHS, DP_RANK_POOL, Run, dp_attention_problem
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+
+@pytest.fixture(autouse=True)
+def _dp_attention_serves(e2e_version: object) -> None:
+    problem = dp_attention_problem()
+    if problem:
+        pytest.skip(f"sglang {e2e_version}: {problem}")
+
 
 START_UP = re.compile(
     r"sglang-aiter-plugin \S+ on sglang (\S+) \((?P<support>[^)]*)\): (?P<fixes>.*)")

@@ -18,7 +18,7 @@ def _compare(run: Run, reference: Run) -> dict[str, float]:
     """Every request set both ran (the unified run answers the prefix-hit pair only)."""
     assert run.failure is None, str(run.failure)
     assert reference.failure is None, str(reference.failure)
-    sets = [s for s in ("prompts", "prefix", "prefix-hit") if s in run.answers]
+    sets: list[str] = [s for s in ("prompts", "prefix", "prefix-hit") if s in run.answers]
     assert "prefix-hit" in sets, sorted(run.answers)
     worst = {s: workload.compare(run.answers[s], reference.answers[s], s) for s in sets}
     print(f"max |dlogprob| per request set: {worst}")

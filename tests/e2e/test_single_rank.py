@@ -54,5 +54,10 @@ def test_control_one_wrong_kv_slot_differs_from_torch_native(
     assert run.failure is None, str(run.failure)
     with pytest.raises(workload.Mismatch) as caught:
         workload.compare(run.answers["control"], reference.answers["prompts"], "control")
-    print(f"control: {caught.value}")
+    shifted = [
+        max((abs(x - y) for i, (x, y) in enumerate(zip(a.logprobs, b.logprobs, strict=True))
+             if a.tokens[: i + 1] == b.tokens[: i + 1]), default=0.0)
+        for a, b in zip(run.answers["control"], reference.answers["prompts"], strict=True)]
+    print(f"control: {caught.value}\n|dlogprob| while the tokens still agreed, per prompt: "
+          + ", ".join(f"{d:.3g}" for d in shifted))
     workload.compare(run.answers["after-control"], reference.answers["prompts"], "after")

@@ -172,7 +172,10 @@ class Server:
         while time.monotonic() < deadline and self.alive():
             time.sleep(0.2)
         left = self.alive()
-        busy = sorted(p for p in self.ports | {self.port} if not _port_free(p))
+        busy = _listening(self.ports | {self.port})
+        while busy and time.monotonic() < deadline:
+            time.sleep(0.2)
+            busy = _listening(self.ports | {self.port})
         if left or busy:
             raise AssertionError(f"left behind: processes {left}, listening ports {busy}")
 
@@ -204,6 +207,13 @@ class Server:
                         return
             time.sleep(1.0)
         raise self.fail(f"not ready after {READY_TIMEOUT_S:.0f} s")
+
+
+def _listening(ports: set[int]) -> list[str]:
+    """Sockets still listening on any of ``ports`` (``port (pid)``), by any process. Closing
+    connections (TIME_WAIT, FIN_WAIT) do not count: they hold no server open."""
+    return sorted(f"{c.laddr.port} (pid {c.pid})" for c in psutil.net_connections("inet")
+                  if c.status == psutil.CONN_LISTEN and c.laddr.port in ports)
 
 
 def _pgid(pid: int) -> int | None:

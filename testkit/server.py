@@ -15,6 +15,7 @@ per rank.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -43,6 +44,8 @@ SGL_KERNEL_STUB_DIR = ROOT / "gpu" / "wheelhouse"
 READY_TIMEOUT_S = 300.0
 REQUEST_TIMEOUT_S = 300.0
 STOP_GRACE_S = 20.0
+CHILD_FAILED = "SIGQUIT received"
+"""What sglang's launcher logs when one of its processes failed."""
 
 
 class ServerFailed(RuntimeError):
@@ -131,14 +134,29 @@ class Server:
         return {int(f.stem): f.read_text() for f in self.record_dir.glob("*.log")}
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
+        """POST ``body``; raise :class:`ServerFailed` as soon as the server says a child failed
+        (sglang then spends a minute on crash diagnostics before it exits)."""
         req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-        try:
+
+        def send() -> Any:
             with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as r:
                 return json.loads(r.read())
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            time.sleep(1.0)
-            raise self.fail(f"POST {path} failed: {exc}") from exc
+
+        pool = concurrent.futures.ThreadPoolExecutor(1)  # not waited for: the server may hang
+        try:
+            answer = pool.submit(send)
+            while True:
+                try:
+                    return answer.result(timeout=0.5)
+                except concurrent.futures.TimeoutError:
+                    if self.proc.poll() is not None or CHILD_FAILED in self.log():
+                        raise self.fail(f"POST {path}: the server failed") from None
+                except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+                    time.sleep(1.0)
+                    raise self.fail(f"POST {path} failed: {exc}") from exc
+        finally:
+            pool.shutdown(wait=False)
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int | list[int]) -> list[Output]:
         """Greedy completions of ``prompts`` (token ids), sent as one batch request."""

@@ -11,6 +11,9 @@ __all__ = ["DOUBLES"]
 DOUBLES: dict[str, str] = {
     "aiter_backend_imports": "the one name sglang's aiter backend binds only beside aiter "
     "(reset_verify_attn_plan_cache, 0.5.20+)",
+    "aiter_kernels": "the ROCm aiter package inside a real server: torch reference decode and "
+    "extend kernels with aiter's per-row contract (or aiter's real Triton unified_attention), "
+    "every other name refusing",
     "aiter_triton": "the ROCm side of aiter's package, so that aiter's real Triton "
     "unified_attention loads without ROCm (stub parent packages, a HIP target while aiter's "
     "arch detection imports)",
@@ -21,4 +24,7 @@ DOUBLES: dict[str, str] = {
     "model_runner": "the model-runner attributes a backend reads (pools, sizes, device)",
     "reducing_communicator": "aiter's communicator doing real collectives on the stream (GPU)",
     "rocm_platform": "the ROCm host itself (sglang's platform answers, not torch's)",
+    "server_plugin": "a test-only sglang plugin installing the server doubles in every process "
+    "a real server starts (aiter kernels, the plugin's ROCm host answer, sglang's missing CPU "
+    "fill value)",
 }

@@ -44,7 +44,10 @@ AREAS: dict[str, tuple[str, ...]] = {
     "buffer pool": ("tests/backend/",),
     "collectives": ("tests/fixes/collectives/",),
     "faults": ("tests/test_faults", "tests/test_doubles.py", "tests/test_benchmarks.py"),
+    "e2e": ("tests/e2e/",),
 }
+E2E = "e2e"
+"""A real ``launch_server`` tree on CPU; where a release cannot serve, its cell says why."""
 
 
 def _run_release(version: str, junit: Path, tests: list[str]) -> tuple[int, float]:
@@ -85,6 +88,17 @@ def _cell(cases: list[tuple[str, str]], prefixes: tuple[str, ...]) -> str:
     return f"pass ({len(ran)})"
 
 
+def _skip_reason(junit: Path, prefixes: tuple[str, ...]) -> str:
+    """The skip message of the area's tests (the first), without pytest's location prefix."""
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        path = case.get("classname", "").replace(".", "/")
+        skipped = case.find("skipped")
+        if skipped is not None and any(path.startswith(x.rstrip("/")) for x in prefixes):
+            message = skipped.get("message", "skipped")
+            return message.split("Skipped: ", 1)[-1].replace("|", "/")
+    return "skipped"
+
+
 def _commit() -> str:
     proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                           text=True)
@@ -115,6 +129,8 @@ def _write(rows: list[dict[str, str]], newer: list[str], commands: list[str]) ->
         "path (e.g. no `_maybe_aiter_reduce_scatter` before 0.5.15). Verdict columns: what a",
         "ROCm process with that release reports for each collective (`applied (...)`: the",
         "switches the plugin adds there; `skipped`: no AITER path for that collective).",
+        "`e2e`: a real `launch_server` process tree serving a tiny checkpoint on CPU through",
+        "`aiter-ext` (tests/e2e); where a release cannot serve on CPU the cell says why.",
         "",
         "| " + " | ".join(cols) + " |",
         "| " + " | ".join("---" for _ in cols) + " |",
@@ -157,6 +173,8 @@ def _test_release(version: str, reports: Path, tests: list[str],
     row = dict(previous.get(version, {"release": version}))
     for area, prefixes in AREAS.items():
         cell = _cell(cases, prefixes)
+        if area == E2E and cell == "n/a (skipped)" and junit.exists():
+            cell = f"n/a ({_skip_reason(junit, prefixes)})"
         if cell != "no tests" or tests == ["tests"] or area not in row:
             row[area] = cell
     row.update(collective_verdicts(version))

@@ -1,0 +1,210 @@
+"""Double of the ROCm ``aiter`` package for a real sglang server on CPU: torch reference kernels.
+
+sglang's aiter backend imports its kernels from ``aiter`` (``from aiter import
+paged_attention_ragged, mha_batch_prefill_func, ...``, ``from aiter.mla import ...``,
+``from aiter.ops.triton.attention.unified_attention import unified_attention``). Without ROCm the
+real package cannot import, so :func:`install` puts a stand-in package in ``sys.modules``:
+
+* ``paged_attention_ragged`` (decode) and ``mha_batch_prefill_func`` (extend): plain float32
+  torch attention with aiter's per-row contract -- decode row ``s`` reads ``kv_indptr[s]`` and
+  ``kv_indptr[s + 1]`` and its KV slots from ``kv_page_indices`` (page size 1), for
+  ``query.size(0)`` rows; extend row block ``b`` reads ``cu_seqlens_q[b:b + 2]`` and
+  ``kv_indptr[b:b + 2]``, causally;
+* ``unified_attention``: aiter's real Triton kernel (:mod:`testkit.doubles.aiter_triton`, under
+  Triton's interpreter) when ``unified`` is asked for; otherwise a stand-in that refuses;
+* every other name (and any ``aiter.*`` submodule) a callable that raises, naming itself.
+
+Observation, for the tests: each process appends one line to ``<record dir>/<pid>.log`` the first
+time the decode kernel sees a batch of a given number of rows (``paged_attention_ragged rows=4``).
+
+The control: while the file named by :data:`WRONG_SLOT_FLAG_VAR` exists, the decode kernel
+reads the second KV slot of each sequence in place of its first (one wrong slot), so its output
+must differ from a correct backend's.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["RECORD_DIR_VAR", "WRONG_SLOT_FLAG_VAR", "install", "mha_batch_prefill_func",
+           "paged_attention_ragged", "record", "recording_unified"]
+
+WRONG_SLOT_FLAG_VAR = "SGLANG_E2E_WRONG_KV_SLOT_FLAG"
+"""A path: while a file exists there, the decode kernel reads one wrong KV slot (the control)."""
+RECORD_DIR_VAR = "SGLANG_E2E_RECORD_DIR"
+
+_rows_seen: set[int] = set()
+
+
+def record(line: str) -> None:
+    """Append ``line`` to this process's record file (when the tests gave a record directory)."""
+    where = os.environ.get(RECORD_DIR_VAR)
+    if where:
+        with open(os.path.join(where, f"{os.getpid()}.log"), "a") as f:
+            f.write(line.rstrip("\n") + "\n")
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+            causal_offset: int | None) -> torch.Tensor:
+    """``q`` [rows, H, D] over ``k``/``v`` [n, Hkv, D] in float32; causal when an offset is given
+    (row ``i`` sees the first ``causal_offset + i + 1`` keys)."""
+    group = q.shape[1] // k.shape[1]
+    kk = k.float().repeat_interleave(group, dim=1)
+    vv = v.float().repeat_interleave(group, dim=1)
+    logits = torch.einsum("qhd,nhd->hqn", q.float(), kk) * scale
+    if causal_offset is not None:
+        rows, n = q.shape[0], k.shape[0]
+        visible = torch.arange(n)[None, :] <= (causal_offset + torch.arange(rows))[:, None]
+        logits = logits.masked_fill(~visible[None], float("-inf"))
+    return torch.einsum("hqn,nhd->qhd", torch.softmax(logits, dim=-1), vv)
+
+
+def _tokens(cache: torch.Tensor) -> torch.Tensor:
+    """A KV cache as [slots, Hkv, D] (page size 1: ``[N, 1, Hkv, D]`` or ``[N, Hkv, D]``)."""
+    return cache.reshape(-1, *cache.shape[-2:])
+
+
+def paged_attention_ragged(
+    out: torch.Tensor, workspace_buffer: torch.Tensor, query: torch.Tensor,
+    key_cache: torch.Tensor, value_cache: torch.Tensor, scale: float, kv_indptr: torch.Tensor,
+    kv_page_indices: torch.Tensor, kv_last_page_lens: torch.Tensor | None, block_size: int,
+    max_num_partitions: int, *args: Any, **kwargs: Any,
+) -> None:
+    num_seqs = query.shape[0]
+    if block_size != 1:
+        raise NotImplementedError(f"aiter kernel double: page size {block_size} (only 1)")
+    if kv_indptr.numel() < num_seqs + 1:
+        raise RuntimeError(f"aiter kernel double: kv_indptr holds {kv_indptr.numel()} entries; "
+                           f"a batch of {num_seqs} rows reads {num_seqs + 1}")
+    if num_seqs not in _rows_seen:
+        _rows_seen.add(num_seqs)
+        record(f"paged_attention_ragged rows={num_seqs}")
+    wrong = os.path.exists(os.environ.get(WRONG_SLOT_FLAG_VAR) or "\0")
+    k_all, v_all = _tokens(key_cache), _tokens(value_cache)
+    bounds = kv_indptr[: num_seqs + 1].tolist()
+    for s in range(num_seqs):
+        slots = kv_page_indices[bounds[s]:bounds[s + 1]].long()
+        if wrong and slots.numel() > 1:
+            slots = slots.clone()
+            slots[0] = slots[1]
+        o = _attend(query[s:s + 1], k_all[slots], v_all[slots], float(scale), None)
+        out[s].copy_(o[0].to(out.dtype))
+
+
+def mha_batch_prefill_func(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+    kv_indptr: torch.Tensor, kv_page_indices: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+    *args: Any, softmax_scale: float | None = None, causal: bool = False,
+    out: torch.Tensor | None = None, **kwargs: Any,
+) -> torch.Tensor:
+    batch = cu_seqlens_q.numel() - 1
+    if kv_indptr.numel() != batch + 1:  # aiter's own shape check
+        raise RuntimeError(f"kv_indptr must have shape [{batch + 1}], got {tuple(kv_indptr.shape)}")
+    o = out if out is not None else torch.empty_like(q)
+    scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
+    k_all, v_all = _tokens(k), _tokens(v)
+    cu, ind = cu_seqlens_q.tolist(), kv_indptr.tolist()
+    for b in range(batch):
+        rows = q[cu[b]:cu[b + 1]]
+        slots = kv_page_indices[ind[b]:ind[b + 1]].long()
+        offset = slots.numel() - rows.shape[0] if causal else None
+        o[cu[b]:cu[b + 1]] = _attend(rows, k_all[slots], v_all[slots], float(scale),
+                                     offset).to(o.dtype)
+    return o
+
+
+def recording_unified(kernel: Callable[..., Any], origin: str) -> Callable[..., Any]:
+    """``kernel`` (aiter's real ``unified_attention``), recording each new number of sequences
+    it is called for (``unified_attention from aiter <module> (<origin>) seqs=N``)."""
+    seen: set[int] = set()
+
+    def unified_attention(*args: Any, **kwargs: Any) -> Any:
+        seqs = int(kwargs["seqused_k"].numel())
+        if seqs not in seen:
+            seen.add(seqs)
+            record(f"unified_attention from aiter {origin} seqs={seqs}")
+        return kernel(*args, **kwargs)
+
+    return unified_attention
+
+
+def _refusing(name: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            f"aiter kernel double: {name} has no reference here (only paged_attention_ragged, "
+            "mha_batch_prefill_func and unified_attention)")
+
+    refuse.__name__ = name.rsplit(".", 1)[-1]
+    return refuse
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _refusing(f"{self.__name__}.{attr}")
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Any ``aiter.*`` module not installed explicitly is a refusing stub package."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname == "aiter" or fullname.startswith("aiter."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = _StubModule(spec.name, "aiter kernel double (stub)")
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+def _module(name: str, **names: Any) -> types.ModuleType:
+    module = _StubModule(name, "aiter kernel double")
+    module.__path__ = []
+    module.__dict__.update(names)
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(sys.modules[parent], child, module)
+    return module
+
+
+def _make_kernel_repr(name: str, *args: Any, **kwargs: Any) -> Callable[..., str]:
+    def kernel_repr(*a: Any, **k: Any) -> str:
+        return name
+
+    return kernel_repr
+
+
+def install(*, unified: Callable[..., Any] | None = None) -> None:
+    """Put the stand-in ``aiter`` package in ``sys.modules`` (``unified``: the real Triton
+    ``unified_attention`` to expose, when the unified path is under test)."""
+    if isinstance(sys.modules.get("aiter"), _StubModule):
+        return
+    uni = unified or _refusing("unified_attention")
+    _module("aiter", paged_attention_ragged=paged_attention_ragged,
+            mha_batch_prefill_func=mha_batch_prefill_func)
+    for name in ("aiter.ops", "aiter.ops.triton", "aiter.ops.triton.attention"):
+        _module(name)
+    _module("aiter.ops.triton.attention.unified_attention", unified_attention=uni)
+    _module("aiter.ops.triton.unified_attention", unified_attention=uni)
+    # what sglang's own Triton kernels import from aiter's utilities (an MI300's float8 types)
+    _module("aiter.ops.triton.utils")
+    _module("aiter.ops.triton.utils._triton")
+    _module("aiter.ops.triton.utils._triton.kernel_repr", make_kernel_repr=_make_kernel_repr)
+    _module("aiter.ops.triton.utils.types", e4m3_dtype=torch.float8_e4m3fnuz,
+            e5m2_dtype=torch.float8_e5m2fnuz)
+    sys.meta_path.append(_Finder())

@@ -1,0 +1,74 @@
+"""What every end-to-end server is asked, and how two servers' answers are compared.
+
+Each server runs the same requests in the same order, so a backend's answers can be compared
+with ``torch_native``'s on the same topology (the weights are the same checkpoint; float32).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from testkit.server import Output, Server
+
+__all__ = ["LOGPROB_TOL", "Answers", "Mismatch", "compare", "prompts", "run_prompts"]
+
+LOGPROB_TOL = 1e-4
+"""Largest |log-probability difference| accepted between two backends in float32. Two identical
+``torch_native`` servers agree to about 5e-7; a decode kernel reading one wrong KV slot moves
+log-probabilities by 1e-2 and more."""
+
+NEW_TOKENS = 16
+VOCAB_LOW, VOCAB_HIGH = 3, 512  # token ids 0-2 are special in the checkpoint's config
+
+
+def prompts(count: int, seed: int, lengths: tuple[int, int] = (6, 30)) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(VOCAB_LOW, VOCAB_HIGH) for _ in range(rng.randint(*lengths))]
+            for _ in range(count)]
+
+
+@dataclasses.dataclass
+class Answers:
+    """One server's answers, by request set."""
+
+    sets: dict[str, list[Output]] = dataclasses.field(default_factory=dict)
+
+
+class Mismatch(AssertionError):
+    """Two servers' answers differ beyond the tolerance."""
+
+
+def compare(ours: list[Output], reference: list[Output], what: str) -> float:
+    """Raise :class:`Mismatch` unless tokens are equal and log-probabilities within
+    :data:`LOGPROB_TOL`; return the largest |log-probability difference|."""
+    if len(ours) != len(reference):
+        raise Mismatch(f"{what}: {len(ours)} answers, reference {len(reference)}")
+    worst = 0.0
+    for i, (a, b) in enumerate(zip(ours, reference, strict=True)):
+        if a.tokens != b.tokens:
+            first = next(j for j, (x, y) in enumerate(zip(a.tokens, b.tokens, strict=False))
+                         if x != y) if len(a.tokens) == len(b.tokens) else -1
+            raise Mismatch(f"{what}: prompt {i} tokens differ from token {first}: "
+                           f"{a.tokens} vs {b.tokens}")
+        worst = max(worst, *(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)))
+    if worst > LOGPROB_TOL:
+        raise Mismatch(f"{what}: tokens equal, but log-probabilities differ by up to {worst:.3g} "
+                       f"(tolerance {LOGPROB_TOL:g})")
+    return worst
+
+
+PROMPTS = prompts(6, seed=1)
+PREFIX = prompts(1, seed=2, lengths=(40, 40))[0]
+EXTENSION = prompts(1, seed=3, lengths=(12, 12))[0]
+
+
+def run_prompts(server: Server, answers: Answers) -> None:
+    """The comparison set: 6 prompts of 6-30 tokens, 16 greedy tokens each, in one batch."""
+    answers.sets["prompts"] = server.generate(PROMPTS, NEW_TOKENS)
+
+
+def run_prefix_hit(server: Server, answers: Answers) -> None:
+    """A 40-token prompt, then the same 40 tokens plus 12: the second extends a radix-cache hit."""
+    answers.sets["prefix"] = server.generate([PREFIX], 1)
+    answers.sets["prefix-hit"] = server.generate([PREFIX + EXTENSION], 8)

@@ -61,14 +61,16 @@ WARMUP_TP_OLD = ("--tp", "16", "--dp-size", "2", "--enable-dp-attention")
 # ---------------------------------------------------------------- runs inside one release
 
 
-def _guard(owner: Any, name: str) -> tuple[Any, int]:
+def _guard(owner: Any, name: str, writes: int = 0) -> tuple[Any, int]:
     """Replace ``owner.name`` by a view of the same shape at the start of a larger tensor whose
-    tail holds ``GUARD``; return the backing tensor and the buffer's element count."""
+    tail (room for ``writes`` entries at least) holds ``GUARD``; return the backing tensor and
+    the buffer's element count."""
     import torch
 
     buf = getattr(owner, name)
     n = buf.numel()
-    backing = torch.full((n + n + 4096,), GUARD, dtype=buf.dtype, device=buf.device)
+    backing = torch.full((n + max(n, writes) + 4096,), GUARD, dtype=buf.dtype,
+                         device=buf.device)
     backing[:n].copy_(buf.reshape(-1))
     setattr(owner, name, backing[:n].view(buf.shape))
     return backing, n
@@ -133,7 +135,7 @@ def _decode_row(kind: str, setup: Any, path: str, page: int, mla: bool = False) 
         page=page, buffer=name, rows=bs, per_row=(f"{blocks} pages" if unified
                                                   else f"{ctx} tokens"),
         allocated=alloc, needed=need, ran=True)
-    backing, n = _guard(backend, name)
+    backing, n = _guard(backend, name, writes=bs * ctx)
     batch = DecodeBatch(backend, bs, "cpu")
     heads = backend.num_head * (getattr(backend, "head_dim", 0) or 1)
     try:

@@ -62,15 +62,20 @@ def replay(kind: str, setup: Any, pool: int, unified: bool, lens: list[int], dev
         backend.input_dtype).to(device)
     batch = DecodeBatch(backend, bs, device)
     batch.metadata(in_capture=True)
-    batch.forward(layer)  # warm-up, as sglang runs before capturing
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    if device == "cuda":
+        batch.forward(layer)  # warm-up, as sglang runs before capturing
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = batch.forward(layer)
+        batch.set(reqs, lens, q)
+        batch.metadata(in_capture=False)
+        graph.replay()
+        torch.cuda.synchronize()
+    else:  # a dry run of the same calls (Triton interpreted): the forward reads the replayed state
+        batch.set(reqs, lens, q)
+        batch.metadata(in_capture=False)
         out = batch.forward(layer)
-    batch.set(reqs, lens, q)
-    batch.metadata(in_capture=False)
-    graph.replay()
-    torch.cuda.synchronize()
     got = out[: len(reqs)].reshape(len(reqs), backend.num_head, backend.head_dim).float()
     want = reference_rows(setup.runner, q, reqs, lens).to(got.device)
     diff = (got - want).abs().flatten(1).amax(dim=1)
@@ -100,7 +105,11 @@ def main() -> None:
     parser.add_argument("--kinds", default="upstream,aiter-ext")
     parser.add_argument("--aiter-tree", help="folder holding aiter/ and AITER_ORIGIN (unified)")
     parser.add_argument("--pool", type=int, default=8)
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--device", default="cuda",
+                        help="cpu: a dry run without graphs (TRITON_INTERPRET=1)")
+    parser.add_argument("--dtype", default="bfloat16",
+                        help="model dtype (float16 for a CPU run: the interpreter's bf16 dot "
+                        "is wrong)")
     args = parser.parse_args()
     mod = bpg.install_kernel_doubles()
     import sglang
@@ -122,7 +131,8 @@ def main() -> None:
     for part in parts:
         page = 16 if part == "width" else 1
         model_dir = write_model_dir(root / f"tiny-llama-{part}")
-        setup = configure(model_dir, SCENARIOS["plain"], ("--page-size", str(page)),
+        setup = configure(model_dir, SCENARIOS["plain"],
+                          ("--page-size", str(page), "--dtype", args.dtype),
                           device=args.device, pool=args.pool)
         fill_paged_requests(setup.runner, args.pool, page, seed=0)
         ctx = int(setup.runner.model_config.context_len)

@@ -30,10 +30,55 @@ from typing import Any
 
 import torch
 
-from gpu import buffer_pool_graphs as bpg  # blocks aiter first
-from testkit.decode_batch import DecodeBatch
-from testkit.sglang_setup import SCENARIOS, configure, write_model_dir
-from testkit.unified_kernel import fill_paged_requests, make_layer, reference_rows
+
+def _tolerate_missing_sgl_kernel_ops() -> None:
+    """sglang 0.5.12 registers fake implementations for ``sgl_kernel::`` operators at import;
+    the carried ``sgl_kernel`` is an import stub that defines none of them (none is called on
+    the paths run here), so those registrations are skipped."""
+    original = torch.library.register_fake
+
+    def register_fake(op: Any, func: Any = None, /, **kw: Any) -> Any:
+        if isinstance(op, str) and op.startswith("sgl_kernel::"):
+            return func if func is not None else (lambda f: f)
+        return original(op, func, **kw) if func is not None else original(op, **kw)
+
+    torch.library.register_fake = register_fake  # type: ignore[assignment]
+
+
+_tolerate_missing_sgl_kernel_ops()
+
+from gpu import buffer_pool_graphs as bpg  # noqa: E402  (blocks aiter first)
+from testkit.decode_batch import DecodeBatch  # noqa: E402
+from testkit.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
+from testkit.unified_kernel import (  # noqa: E402
+    fill_paged_requests,
+    make_layer,
+    reference_rows,
+)
+
+MIN_TILE = 16
+"""Triton's NVIDIA backend compiles ``tl.dot`` only for K >= 16; aiter's decode tile is the page
+size (1 here). See :func:`_tile_of_at_least_16`."""
+
+
+def _tile_of_at_least_16(module: Any) -> None:
+    """Run aiter's 2D unified kernel with a KV tile of 16 tokens where its decode configuration
+    picks the page size (1), which Triton's NVIDIA backend cannot compile.
+
+    The kernel gathers each tile token by token through the page table (``seq_offset //
+    BLOCK_SIZE``, masked at the sequence end), as aiter's own prefill configuration does with
+    64-token tiles over 1-token pages; which table entries it reads is unchanged. The 3D
+    (split) kernel is not used: it derives its gather count from the tile.
+    """
+    select_2d = module.select_2d_config
+
+    def select_2d_config(*args: Any, **kw: Any) -> Any:
+        config = select_2d(*args, **kw)
+        config["TILE_SIZE"] = max(MIN_TILE, config["TILE_SIZE"])
+        return config
+
+    module.select_2d_config = select_2d_config
+    module.use_2d_kernel = lambda *args, **kw: True
 
 emit = bpg.emit
 TOLERANCE = 2e-2  # bf16
@@ -123,6 +168,9 @@ def main() -> None:
         with loaded(tree_at(args.aiter_tree)) as kernel:
             mod.unified_attention = kernel.unified_attention
             origin = kernel.tree.origin
+        if args.device == "cuda":
+            _tile_of_at_least_16(kernel.module)
+            origin += f"; 2D kernel, KV tile >= {MIN_TILE} (see _tile_of_at_least_16)"
     emit(part="versions", sglang=sglang.__version__, torch=torch.__version__,
          triton=triton.__version__, aiter=origin, date_utc=__import__("datetime").datetime.now(
              __import__("datetime").timezone.utc).isoformat(timespec="seconds"),

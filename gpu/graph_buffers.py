@@ -106,6 +106,9 @@ def replay(kind: str, setup: Any, pool: int, unified: bool, lens: list[int], dev
     q = torch.randn(len(reqs), backend.num_head, backend.head_dim, generator=gen).to(
         backend.input_dtype).to(device)
     batch = DecodeBatch(backend, bs, device)
+    # 0.5.11-0.5.13 read the KV pool through the batch (later releases through the backend)
+    batch.fb.token_to_kv_pool = setup.runner.token_to_kv_pool
+    batch.fb.req_to_token_pool = setup.runner.req_to_token_pool
     batch.metadata(in_capture=True)
     if device == "cuda":
         batch.forward(layer)  # warm-up, as sglang runs before capturing

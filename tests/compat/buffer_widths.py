@@ -233,10 +233,9 @@ def _draft_used(seq_lens_sum: int, topk: int, branches: int, steps: int) -> int:
 def _draft_row(kind: str, setup: Any, page: int, bs: int, ctx: int) -> dict[str, Any]:
     from sglang.srt.layers.attention.aiter_backend import AiterMultiStepDraftBackend
 
-    if kind == "aiter-ext":
-        from sglang_aiter_plugin.backend.classes import AiterExtMultiStepDraftBackend as cls
-    else:
-        cls = AiterMultiStepDraftBackend
+    from sglang_aiter_plugin.backend.classes import AiterExtMultiStepDraftBackend
+
+    cls: Any = AiterExtMultiStepDraftBackend if kind == "aiter-ext" else AiterMultiStepDraftBackend
     draft = cls(setup.runner, DRAFT_TOPK, DRAFT_STEPS)
     draft.init_cuda_graph_state(bs, bs * DRAFT_TOPK)
     width = int(draft.cuda_graph_kv_indices.shape[-1])
@@ -321,7 +320,7 @@ def measure(model_dir: Path, mla_dir: Path) -> list[dict[str, Any]]:
 
 def verdict(r: dict[str, Any]) -> str:
     if r.get("error"):
-        return "not measured: " + r["error"]
+        return "not measured: " + str(r["error"])
     parts = []
     if r["allocated"] is not None and r["needed"] is not None and r["needed"] > r["allocated"]:
         parts.append(f"short by {r['needed'] - r['allocated']}")

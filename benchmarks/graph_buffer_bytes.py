@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = "python -m benchmarks.graph_buffer_bytes " + " ".join(args.releases)
     results = {v: _run(v) for v in args.releases}
-    out = ROOT / "results" / "graph_buffer_bytes.json"
+    out = ROOT / "results" / "graph_buffers" / "bytes.json"  # not a RESULTS.md section (yet)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"benchmark": "graph_buffer_bytes", "command": command,
                                "date": dt.date.today().isoformat(), "results": results},
                               indent=1) + "\n")

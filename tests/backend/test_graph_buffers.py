@@ -277,3 +277,56 @@ def test_every_measured_row_has_a_case(
                       if k == "upstream" and r["verdict"] != "right"}
     assert wrong_upstream <= cased, wrong_upstream - cased
     assert cased <= measured, cased - measured
+
+
+DRAFT_BOUNDS = """
+import torch
+from sglang.srt.layers.attention import aiter_backend
+from testkit.doubles import aiter_backend_imports
+from testkit.batch_paths import SCENARIOS, graph_max
+from testkit.decode_batch import draft_batch, draft_metadata
+from testkit.sglang_setup import configure, write_model_dir
+from tests.compat.buffer_widths import _fill_table, _guard
+from sglang_aiter_plugin.backend.classes import AiterExtMultiStepDraftBackend
+from pathlib import Path
+import tempfile
+
+aiter_backend_imports.install(aiter_backend)
+setup = configure(write_model_dir(Path(tempfile.mkdtemp()) / 'm'), SCENARIOS['plain'], (), pool=8)
+with setup.scope:
+    bs, steps = graph_max(setup), 3
+    _fill_table(setup.runner)
+    draft = AiterExtMultiStepDraftBackend(setup.runner, 1, steps)
+    draft.init_cuda_graph_state(bs, bs)
+    width = int(draft.cuda_graph_kv_indices.shape[-1])
+    backing, n = _guard(draft, 'cuda_graph_kv_indices')
+    before, indptr = backing.clone(), draft.kv_indptr.clone()
+    # sequences as long as the row holds: the steps' appended tokens go past it
+    seq_len = width // bs
+    error = None
+    try:
+        draft_metadata(draft, draft_batch(setup.runner, bs, 'cpu', seq_len=seq_len))
+    except Exception as exc:
+        from sglang_aiter_plugin._errors import AiterExtError
+        error = dict(type=type(exc).__name__, plugin=isinstance(exc, AiterExtError),
+                     message=str(exc))
+    print('RESULT ' + json.dumps(dict(
+        error=error, width=width, needed=bs * seq_len + bs * steps,
+        indices_written=int((backing != before).sum()),
+        indptr_changed=not torch.equal(indptr, draft.kv_indptr))))
+"""
+
+
+@pytest.mark.slow
+def test_bounds_check_refuses_a_draft_replay_past_its_row() -> None:
+    """The draft wrapper: ``seq_lens_sum * topk + bs * steps`` against the per-step row."""
+    result = run_python(DRAFT_BOUNDS,
+                        env={"TRITON_INTERPRET": "1", "SGLANG_AITER_EXT_BOUNDS_CHECK": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = result.data
+    assert got["needed"] > got["width"]
+    assert got["error"] is not None, got
+    assert got["error"]["plugin"], got["error"]
+    assert "seq_lens_sum" in got["error"]["message"], got["error"]
+    assert got["indices_written"] == 0, got
+    assert not got["indptr_changed"], got

@@ -95,9 +95,14 @@ def _backend(kind: str, setup: Any, unified: bool) -> Any:
     return backend
 
 
-def replay(kind: str, setup: Any, pool: int, unified: bool, lens: list[int], device: str
-           ) -> dict[str, Any]:
-    """Capture at ``max_bs`` (metadata at the capture fill), replay with ``lens`` real rows."""
+def replay(kind: str, setup: Any, pool: int, unified: bool, lens: list[int], device: str,
+           graphs: bool = True) -> dict[str, Any]:
+    """Capture at ``max_bs`` (metadata at the capture fill), replay with ``lens`` real rows.
+
+    Without ``graphs`` the same metadata calls run (capture-time, then replay-time, where sglang's
+    kv-indices kernel writes) and the forward runs eagerly on the replayed state: what
+    ``compute-sanitizer`` needs, since with ``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` an allocation
+    inside a graph capture invalidates it."""
     backend = _backend(kind, setup, unified)
     layer = make_layer(backend)
     bs = setup.max_bs
@@ -110,7 +115,7 @@ def replay(kind: str, setup: Any, pool: int, unified: bool, lens: list[int], dev
     batch.fb.token_to_kv_pool = setup.runner.token_to_kv_pool
     batch.fb.req_to_token_pool = setup.runner.req_to_token_pool
     batch.metadata(in_capture=True)
-    if device == "cuda":
+    if device == "cuda" and graphs:
         batch.forward(layer)  # warm-up, as sglang runs before capturing
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
@@ -120,7 +125,7 @@ def replay(kind: str, setup: Any, pool: int, unified: bool, lens: list[int], dev
         batch.metadata(in_capture=False)
         graph.replay()
         torch.cuda.synchronize()
-    else:  # a dry run of the same calls (Triton interpreted): the forward reads the replayed state
+    else:  # the same calls without a graph: the forward reads the replayed state
         batch.set(reqs, lens, q)
         batch.metadata(in_capture=False)
         out = batch.forward(layer)
@@ -128,8 +133,8 @@ def replay(kind: str, setup: Any, pool: int, unified: bool, lens: list[int], dev
     want = reference_rows(setup.runner, q, reqs, lens).to(got.device)
     diff = (got - want).abs().flatten(1).amax(dim=1)
     record: dict[str, Any] = dict(
-        kind=kind, bs=bs, real_rows=len(reqs), pool=pool, lens_min=min(lens),
-        lens_max=max(lens), max_abs_diff=round(float(diff.max()), 5),
+        kind=kind, graphs=graphs and device == "cuda", bs=bs, real_rows=len(reqs), pool=pool,
+        lens_min=min(lens), lens_max=max(lens), max_abs_diff=round(float(diff.max()), 5),
         rows_right=int((diff < TOLERANCE).sum()), ok=bool(float(diff.max()) < TOLERANCE))
     table = setup.runner.req_to_token_pool.req_to_token
     if unified:
@@ -155,6 +160,8 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=8)
     parser.add_argument("--device", default="cuda",
                         help="cpu: a dry run without graphs (TRITON_INTERPRET=1)")
+    parser.add_argument("--no-graphs", action="store_true",
+                        help="the same metadata calls, forward without a graph (memcheck)")
     parser.add_argument("--dtype", default="bfloat16",
                         help="model dtype (float16 for a CPU run: the interpreter's bf16 dot "
                         "is wrong)")
@@ -197,7 +204,7 @@ def main() -> None:
             for kind in args.kinds.split(","):
                 try:
                     emit(part=part, **replay(kind, setup, args.pool, part == "unified", lens,
-                                             args.device))
+                                             args.device, graphs=not args.no_graphs))
                 except Exception as exc:  # evidence, not a crash
                     emit(part=part, kind=kind, error=f"{type(exc).__name__}: {exc}"[:500])
 

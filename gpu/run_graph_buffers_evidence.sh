@@ -28,8 +28,11 @@ job() {  # label release-dir timeout command...
   echo "$label rc=$rc ${errors:-no memcheck summary} ($(( $(date +%s) - start )) s)"
 }
 for k in upstream aiter-ext; do
-  # page 16, ragged decode graph at near-full context, sglang 0.5.12, under memcheck
-  job "width-memcheck-0.5.12-$k" "${SG12:-/tmp/sg12}" 240 "${MC[@]}" python3 -m $G --parts width --kinds $k
+  # page 16, ragged decode at near-full context, sglang 0.5.12, under memcheck: the capture-time
+  # and replay-time metadata calls (sglang's kv-indices kernel), then the forward, without a
+  # graph (PYTORCH_NO_CUDA_MEMORY_CACHING=1 makes every allocation inside a capture invalid)
+  job "width-memcheck-0.5.12-$k" "${SG12:-/tmp/sg12}" 240 "${MC[@]}" python3 -m $G --parts width --kinds $k --no-graphs
+  job "unified-memcheck-0.5.23-$k" "${SG23:-/tmp/sg23}" 240 "${MC[@]}" python3 -m $G --parts unified --kinds $k --no-graphs --aiter-tree "$1"
   # the same without memcheck: the numbers (rows right, entries written)
   job "width-0.5.12-$k" "${SG12:-/tmp/sg12}" 120 python3 -m $G --parts width --kinds $k
   # page 1, unified decode graph with aiter's real unified_attention, 0.5.23 and 0.5.12

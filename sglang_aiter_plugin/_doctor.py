@@ -180,7 +180,7 @@ def _check_platform(report: Report, selected_backend: str | None) -> None:
         where = "CPU build (not ROCm)"
     report.add("platform", INFO, f"{platform.machine()}, Python {platform.python_version()}, "
                f"torch {torch.__version__}, {where}")
-    from sglang_aiter_plugin.backend._availability import aiter_problem
+    from sglang_aiter_plugin.backend import aiter_problem
 
     problem = aiter_problem()
     if problem is None:

@@ -1,12 +1,9 @@
 """Run a callback right after a module is imported, or now if it already is.
 
-The plugin must change sglang's module-level lists (the CLI choices, the backend registry) before
-sglang uses them, but importing those modules at plugin load would cost seconds in processes that
-never need them. A post-import hook does the work exactly when the module first loads.
-
-The hook leaves nothing behind: its finder sits in ``sys.meta_path`` only while a callback is
-pending, and a module it saw loading gets its own loader back on ``__spec__`` / ``__loader__``
-once its callbacks ran.
+The plugin changes sglang's module-level lists (the CLI choices, the backend registry) before
+sglang uses them, without importing those modules at plugin load. The hook leaves nothing behind:
+its finder sits in ``sys.meta_path`` only while a callback is pending, and a module it saw loading
+gets its own loader back on ``__spec__`` / ``__loader__`` once its callbacks ran.
 """
 
 from __future__ import annotations
@@ -57,15 +54,18 @@ def cancel(module_name: str, callback: _Callback) -> None:
             callbacks.remove(callback)
         if not callbacks:
             _pending.pop(module_name, None)
-        if not _pending:
-            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]
+        _leave_if_idle()
+
+
+def _leave_if_idle() -> None:
+    if not _pending:
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]
 
 
 def _run_pending(module_name: str) -> None:
     with _lock:
         callbacks = _pending.pop(module_name, [])
-        if not _pending:
-            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Finder)]
+        _leave_if_idle()
     module = sys.modules.get(module_name)
     if module is None:
         return
@@ -78,8 +78,7 @@ def _run_pending(module_name: str) -> None:
 
 class _Loader(importlib.abc.Loader):
     def __init__(self, wrapped: importlib.abc.Loader, name: str) -> None:
-        self._wrapped = wrapped
-        self._name = name
+        self._wrapped, self._name = wrapped, name
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._wrapped.create_module(spec)
@@ -100,12 +99,8 @@ class _Loader(importlib.abc.Loader):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(
-        self,
-        fullname: str,
-        path: Sequence[str] | None,
-        target: ModuleType | None = None,
-    ) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         with _lock:
             if fullname not in _pending:
                 return None

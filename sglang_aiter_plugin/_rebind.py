@@ -1,14 +1,11 @@
 """Run one of sglang's functions with some of the names it looks up resolved to other objects.
 
-Why this exists (the one place that says it): the plugin needs sglang's *own* code to build the
-plugin's classes (``AiterAttnBackend`` -> ``AiterExtAttnBackend``) and its probes need sglang's own
-code to see a simulated platform (``is_hip`` -> ``True``). sglang finds those names at call time,
-either in its module's globals or through a ``from <module> import <name>`` inside the function.
-Rebinding the module attribute would change the name for every thread and every caller until it is
-put back; patching sglang's source is not an option. :func:`rebound` instead makes a *copy* of the
-function over a copy of its globals in which the given names, and the same names imported inside
-the function from ``module``, resolve to the given objects. Nothing sglang (or anyone else) reads is
-modified, so there is nothing to restore and no other thread can observe it.
+The plugin needs sglang's *own* code to build the plugin's classes (``AiterAttnBackend`` ->
+``AiterExtAttnBackend``), and its probes need sglang's own code to see a simulated platform
+(``is_hip`` -> ``True``). sglang finds those names at call time, in its module's globals or through
+a ``from <module> import <name>`` inside the function. :func:`rebound` makes a *copy* of the
+function over a copy of its globals in which those names resolve to the given objects. Nothing
+sglang (or anyone else) reads is modified: nothing to restore, nothing another thread can observe.
 """
 
 from __future__ import annotations
@@ -30,32 +27,20 @@ class RebindError(AiterExtError, RuntimeError):
 class _ModuleView:
     """``module`` except for ``names``: what ``from module import name`` sees inside the copy."""
 
-    __slots__ = ("_module", "_names")
-
     def __init__(self, module: types.ModuleType, names: Mapping[str, Any]) -> None:
-        self._module = module
-        self._names = names
+        self._module, self._names = module, names
 
     def __getattr__(self, name: str) -> Any:
-        if name in self._names:
-            return self._names[name]
-        return getattr(self._module, name)
+        return self._names[name] if name in self._names else getattr(self._module, name)
 
 
 def _importer(module: str, names: Mapping[str, Any]) -> Callable[..., Any]:
     real_import = builtins.__import__
 
-    def __import__(
-        name: str,
-        globals: Mapping[str, Any] | None = None,
-        locals: Mapping[str, Any] | None = None,
-        fromlist: tuple[str, ...] | list[str] | None = (),
-        level: int = 0,
-    ) -> Any:
+    def __import__(name: str, globals: Any = None, locals: Any = None,
+                   fromlist: Any = (), level: int = 0) -> Any:
         if level == 0 and name == module and fromlist:
-            if all(n in names for n in fromlist):
-                # every requested name is given: the module is not imported at all (it may be
-                # absent here, or costly to import, e.g. aiter's communicator off ROCm)
+            if all(n in names for n in fromlist):  # module not imported: it may be absent here
                 return types.SimpleNamespace(**{n: names[n] for n in fromlist})
             if any(n in names for n in fromlist):
                 return _ModuleView(real_import(name, globals, locals, fromlist, level), names)
@@ -64,13 +49,8 @@ def _importer(module: str, names: Mapping[str, Any]) -> Callable[..., Any]:
     return __import__
 
 
-def rebound(
-    fn: Callable[..., Any],
-    names: Mapping[str, Any],
-    *,
-    module: str | None = None,
-    strict: bool = True,
-) -> Callable[..., Any]:
+def rebound(fn: Callable[..., Any], names: Mapping[str, Any], *, module: str | None = None,
+            strict: bool = True) -> Callable[..., Any]:
     """A copy of ``fn`` in which each of ``names`` resolves to the given object.
 
     Global lookups of those names see the given objects; with ``module``, so does
@@ -81,24 +61,20 @@ def rebound(
     """
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"can only rebind plain Python functions, not {type(fn).__name__}")
-    code = fn.__code__
-    if strict:
-        used = _names_used(code)
-        missing = sorted(n for n in names if n not in used)
-        if missing:
-            raise RebindError(
-                f"{fn.__module__}.{fn.__qualname__} no longer looks up {missing}; this sglang "
-                "release builds those objects another way, so sglang-aiter-plugin cannot make it "
-                "build its own. Please report the sglang release."
-            )
-    namespace = dict(fn.__globals__)
-    namespace.update(names)
+    missing = sorted(set(names) - _names_used(fn.__code__)) if strict else []
+    if missing:
+        raise RebindError(
+            f"{fn.__module__}.{fn.__qualname__} no longer looks up {missing}; this sglang "
+            "release builds those objects another way, so sglang-aiter-plugin cannot make it "
+            "build its own. Please report the sglang release."
+        )
+    namespace = {**fn.__globals__, **names}
     if module is not None:
         namespace["__builtins__"] = {**vars(builtins), "__import__": _importer(module, names)}
-    copy = types.FunctionType(code, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
-    copy.__kwdefaults__ = fn.__kwdefaults__
-    copy.__qualname__ = fn.__qualname__
-    copy.__doc__ = fn.__doc__
+    copy = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__,
+                              fn.__closure__)
+    copy.__kwdefaults__, copy.__qualname__, copy.__doc__ = (fn.__kwdefaults__, fn.__qualname__,
+                                                            fn.__doc__)
     copy.__wrapped__ = fn  # type: ignore[attr-defined]
     return copy
 

@@ -43,7 +43,7 @@ def default_json() -> dict[str, Any]:
 def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: Version) -> None:
     import torch
 
-    from sglang_aiter_plugin.backend._availability import aiter_problem
+    from sglang_aiter_plugin.backend import aiter_problem
 
     checks = {c["name"]: c for c in default_json["checks"]}
     assert default_json["ok"] is True

@@ -26,7 +26,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sglang_aiter_plugin"
 
 
 def _without_fold(package: Path) -> None:
-    (package / "attention_backend" / "fold.py").unlink()
+    (package / "selection" / "choice.py").unlink()
 
 
 def _syntax_error(package: Path) -> None:
@@ -37,8 +37,8 @@ def _syntax_error(package: Path) -> None:
 BREAKAGES: dict[str, tuple[Callable[[Path], None] | None, list[str]]] = {
     # breakage -> (what it does to a copy of the package, what doctor's FAIL rows must say)
     "module missing": (_without_fold, [
-        "failed: cannot load built-in sglang_aiter_plugin.attention_backend.fix: "
-        "ModuleNotFoundError: No module named 'sglang_aiter_plugin.attention_backend.fold'",
+        "failed: cannot load built-in sglang_aiter_plugin.selection.fix: "
+        "ModuleNotFoundError: No module named 'sglang_aiter_plugin.selection.choice'",
     ]),
     "syntax error": (_syntax_error, [
         "its register() failed, so sglang is unchanged: SyntaxError: invalid syntax",

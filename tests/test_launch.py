@@ -135,7 +135,7 @@ def test_aiter_ext_without_rocm_stops_first_with_the_plugins_message(
     errors = [ln for ln in lines if EXCEPTION_LINE.match(ln)]
     assert errors, out[-3000:]
     final = errors[-1]
-    assert final.startswith("sglang_aiter_plugin.backend._availability.AiterUnavailableError: "
+    assert final.startswith("sglang_aiter_plugin.backend.AiterUnavailableError: "
                             "--attention-backend aiter-ext cannot run here: "), final
     assert "not a ROCm build" in final
     assert "sglang's ROCm image" in final

@@ -27,7 +27,8 @@ def test_every_builtin_fix_has_a_complete_ledger(name: str, module: str) -> None
 
 
 def test_the_attention_backend_ledger_lists_exactly_its_target_table() -> None:
-    from sglang_aiter_plugin.attention_backend import TARGETS, fix
+    from sglang_aiter_plugin.selection import fix
+    from sglang_aiter_plugin.selection.sites import TARGETS
 
     doc = fix.__doc__ or ""
     patches = doc[doc.index("Patches"):doc.index("Why:")]
@@ -38,7 +39,7 @@ def test_the_attention_backend_ledger_lists_exactly_its_target_table() -> None:
 @pytest.mark.usefixtures("plugins_loaded")
 def test_every_target_exists_in_the_installed_release() -> None:
     """The table names real symbols: a rename in sglang turns this red before users see it."""
-    from sglang_aiter_plugin.attention_backend import TARGETS
+    from sglang_aiter_plugin.selection.sites import TARGETS
 
     missing = []
     for target in TARGETS:
@@ -59,7 +60,8 @@ def test_every_target_exists_in_the_installed_release() -> None:
 def test_the_release_specific_fold_point_exists_and_is_in_the_table() -> None:
     from sglang.srt.server_args import ServerArgs
 
-    from sglang_aiter_plugin.attention_backend import TARGETS, fold_point
+    from sglang_aiter_plugin.selection.choice import fold_point
+    from sglang_aiter_plugin.selection.sites import TARGETS
 
     point = fold_point(ServerArgs)
     assert callable(getattr(ServerArgs, point))

@@ -2,7 +2,7 @@
 """Audit where an sglang release treats the name ``"aiter"`` specially and builds aiter backends.
 
     python tools/audit_aiter_literals.py SGLANG_PACKAGE_DIR            # print the audit
-    python tools/audit_aiter_literals.py SGLANG_PACKAGE_DIR --write    # tests/attention_backend/audit/<ver>.txt
+    python tools/audit_aiter_literals.py SGLANG_PACKAGE_DIR --write    # tests/selection/audit/<ver>.txt
 
 SGLANG_PACKAGE_DIR is the ``sglang`` package directory of an installed or unzipped release.
 One line per finding, sorted, under ``srt/``:
@@ -30,7 +30,7 @@ from pathlib import Path
 __all__ = ["audit", "release_of"]
 
 CLASSES = ("AiterAttnBackend", "AiterMultiStepDraftBackend")
-AUDIT_DIR = Path(__file__).resolve().parent.parent / "tests" / "attention_backend" / "audit"
+AUDIT_DIR = Path(__file__).resolve().parent.parent / "tests" / "selection" / "audit"
 
 
 class _Visitor(ast.NodeVisitor):

@@ -1,24 +1,18 @@
 """The largest batch sglang can hand an attention backend, on any path, known at construction.
 
 sglang sizes ``AiterAttnBackend``'s per-batch buffers by the request pool P
-(``req_to_token_pool.size``), but sends larger batches on three paths:
-
-* **eager batches under MLP sync** (DP attention, or any configuration that needs a gathered
-  buffer): ``ForwardBatch.prepare_mlp_sync_batch`` aligns every rank's token count to the
-  attention-TP size (and the context-parallel padding) and makes a decode or idle batch that many
-  rows. 0.5.14+ sizes its eager input registry for it; 0.5.17+ names the rule
-  ``get_eager_max_batch_size``.
-* **CUDA graphs**: the decode and draft graph runners capture up to P aligned to
-  ``get_cuda_graph_batch_size_alignment`` (two-batch overlap, gathered buffers, attention CP);
-  0.5.17+ names the rule ``get_cuda_graph_max_batch_size``.
-* **frozen-KV MTP draft workers** multiply the eager batch by the draft top-k.
+(``req_to_token_pool.size``), but sends larger batches on three paths: **eager batches under MLP
+sync** (``ForwardBatch.prepare_mlp_sync_batch`` aligns every rank's count to the attention-TP size
+and the context-parallel padding; 0.5.17+ names the rule ``get_eager_max_batch_size``), **CUDA
+graphs** (captured up to P aligned to ``get_cuda_graph_batch_size_alignment``: two-batch overlap,
+gathered buffers, attention CP; 0.5.17+ ``get_cuda_graph_max_batch_size``), and **frozen-KV MTP
+draft workers** (the eager batch times the draft top-k).
 
 :func:`batch_capacity` takes the largest of these from sglang's own functions where the installed
-release has them and from the same rule, on sglang's own pieces (``ceil_align``,
-``require_mlp_sync``, ``require_gathered_buffer``, the attention-TP/CP sizes), where it does not.
-A release that has neither is refused by name (:class:`BatchCapacityError`): a pool sized by
-guesswork would be silently short. It runs once per backend, at construction; nothing here is on
-the per-step path.
+release has them and from the same rule on sglang's own pieces (``ceil_align``,
+``require_mlp_sync``, ``require_gathered_buffer``, the attention-TP/CP sizes) where it does not. A
+release that has neither is refused by name (:class:`BatchCapacityError`): a pool sized by
+guesswork would be silently short. It runs once per backend, at construction.
 """
 
 from __future__ import annotations
@@ -26,18 +20,12 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sglang_aiter_plugin._errors import AiterExtError
 
-__all__ = [
-    "BatchCapacity",
-    "BatchCapacityError",
-    "batch_capacity",
-    "capacity_of",
-    "requires_mlp_sync",
-]
+__all__ = ["BatchCapacity", "BatchCapacityError", "batch_capacity", "capacity_of",
+           "requires_mlp_sync"]
 
 _COMMON = "sglang.srt.utils.common"
 _CP_PADDING = ("sglang.srt.layers.cp.padding", "sglang.srt.layers.utils.cp_utils")
@@ -47,20 +35,20 @@ class BatchCapacityError(AiterExtError, RuntimeError):
     """The installed sglang exposes neither the batch-size rule nor the pieces to apply it."""
 
 
-@dataclass(frozen=True)
-class BatchCapacity:
-    """Batch rows per path for one backend; :attr:`rows` is what its pool must hold."""
+class BatchCapacity(NamedTuple):
+    """Batch rows per path for one backend; :attr:`rows` is what its pool must hold.
+
+    ``pool``: requests the request pool holds (P); ``requests``: requests one forward carries
+    before padding (more than P for frozen-KV MTP drafts); ``eager``: the largest eager batch
+    (``requests`` after the MLP-sync padding); ``graph``: the largest CUDA-graph batch for
+    ``pool``; ``source``: which of sglang's functions (or rules) gave ``eager`` and ``graph``.
+    """
 
     pool: int
-    """Requests the request pool holds (P)."""
     requests: int
-    """Requests one forward can carry before padding (P, or more for frozen-KV MTP drafts)."""
     eager: int
-    """Largest eager batch: ``requests`` after the MLP-sync padding."""
     graph: int
-    """Largest CUDA-graph batch sglang's graph runners capture for ``pool`` requests."""
     source: str
-    """Which of sglang's functions (or the rule on which pieces) gave ``eager`` and ``graph``."""
 
     @property
     def rows(self) -> int:

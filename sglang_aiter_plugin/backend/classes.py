@@ -1,8 +1,285 @@
-"""The plugin's backend classes (imported only when a user selected ``aiter-ext``)."""
+"""``AiterExtAttnBackend`` and ``AiterExtMultiStepDraftBackend``: sglang's AITER backends with
+their per-batch buffers in one :class:`~.pool.BufferPool` each (imports sglang's aiter backend).
+
+At construction each finds its per-batch buffers (:func:`discover`), pools them at the largest
+batch sglang can send on any path (:mod:`.capacity`) and binds every holder to the pool. Their
+CUDA-graph set-up is :class:`PooledGraphState`. Per step nothing is added: metadata and forward
+methods are upstream's own, unless ``SGLANG_AITER_EXT_BOUNDS_CHECK=1`` asked for the batch-size
+check (:func:`install_bounds_check`).
+"""
 
 from __future__ import annotations
 
-from sglang_aiter_plugin.backend.attn import AiterExtAttnBackend
-from sglang_aiter_plugin.backend.draft import AiterExtMultiStepDraftBackend
+import functools
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["AiterExtAttnBackend", "AiterExtMultiStepDraftBackend"]
+import torch
+from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend, AiterMultiStepDraftBackend
+
+from sglang_aiter_plugin._errors import AiterExtError
+from sglang_aiter_plugin._rebind import rebound
+from sglang_aiter_plugin._switches import bounds_check_requested
+from sglang_aiter_plugin.backend.capacity import batch_capacity
+from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill
+
+__all__ = ["FROZEN_REASON", "METADATA_METHODS", "NOT_PER_BATCH", "PREFILL_UPDATERS",
+           "AiterExtAttnBackend", "AiterExtMultiStepDraftBackend", "BatchTooLargeError",
+           "PooledGraphState", "UnknownBatchBufferError", "discover", "install_bounds_check",
+           "is_checked", "workspace_bytes_per_row"]
+
+logger = logging.getLogger(__name__)
+
+FROZEN_REASON = "CUDA graphs were captured against the current buffers"
+
+#: Backend attributes holding prefill index updaters; each keeps references to pool buffers
+#: under the same attribute names (0.5.11-0.5.23: ``kv_indptr``, ``qo_indptr``,
+#: ``kv_last_page_len`` on the non-MLA updater; the MLA updater reads through the backend).
+PREFILL_UPDATERS = ("indices_updater_prefill", "mla_indices_updater_prefill")
+
+#: Entry points that write a captured batch's metadata (0.5.11-0.5.17: capture/replay;
+#: 0.5.18+: ``out_graph``, for capture and replay).
+METADATA_METHODS = (
+    "init_forward_metadata_capture_cuda_graph",
+    "init_forward_metadata_replay_cuda_graph",
+    "init_forward_metadata_out_graph",
+)
+
+#: Per-batch buffers upstream allocates at P (the set differs by release and configuration:
+#: ``qo_indptr_unified_decode`` from 0.5.12, ``qo_indptr_`` with MLA only):
+#: name -> (dtype as upstream allocates it, fill, entries beyond the rows).
+_CATALOGUE: dict[str, tuple[torch.dtype, Fill, int]] = {
+    "kv_indptr": (torch.int32, Fill.ZEROS, 1),
+    "qo_indptr": (torch.int32, Fill.ZEROS, 1),
+    "mask_indptr": (torch.int64, Fill.ZEROS, 1),
+    "qo_indptr_": (torch.int32, Fill.ZEROS, 1),
+    "kv_last_page_len": (torch.int32, Fill.ONES, 0),
+    "qo_indptr_unified_decode": (torch.int32, Fill.ARANGE, 1),
+}
+_WORKSPACE = "workspace_buffer"  # ragged paged decode only; sized per row in bytes
+
+#: Tensor attributes whose first dimension may equal P or P + 1 without being per-batch buffers.
+#: (``req_to_token``: the request pool's own table, owned by sglang; the rest: (1,) scales.)
+NOT_PER_BATCH = frozenset({"req_to_token", "q_scale", "k_scale", "v_scale"})
+
+_CHECKED = "__aiter_ext_bounds_checked__"
+
+
+class UnknownBatchBufferError(AiterExtError, RuntimeError):
+    """The installed backend holds a batch-sized buffer the pool does not know how to grow."""
+
+
+class BatchTooLargeError(AiterExtError, ValueError):
+    """A CUDA-graph metadata call asked for more batch rows than the frozen pool holds."""
+
+
+def workspace_bytes_per_row(backend: Any) -> int:
+    """Bytes of ``workspace_buffer`` per batch row: the larger of aiter's layout for
+    ``paged_attention_ragged`` (fp32 ``exp_sums`` and ``max_logits``, ``tmp_out`` in the query
+    dtype) and upstream's formula (``tmp_out`` as fp32), so never less than upstream."""
+    heads = int(backend.num_head)
+    partitions = int(backend.max_num_partitions)
+    head_size = max(int(backend.head_dim), int(getattr(backend, "v_head_dim", 0) or 0))
+    q_bytes = torch.empty((), dtype=backend.input_dtype).element_size()
+    aiter_layout = heads * partitions * (2 * 4 + head_size * q_bytes)
+    upstream_formula = heads * partitions * int(backend.head_dim) * 4 + 2 * heads * partitions * 4
+    return max(aiter_layout, upstream_formula)
+
+
+def discover(
+    backend: Any, capacity: int, *, skip: frozenset[str] = frozenset()
+) -> list[BufferSpec]:
+    """Specs of the per-batch buffers ``backend`` holds at ``capacity`` rows (``skip``: borrowed
+    ones). A tensor sized like a batch that the catalogue does not know raises
+    :class:`UnknownBatchBufferError`: a release that adds one fails loudly, not short."""
+    specs: list[BufferSpec] = []
+    unknown: list[str] = []
+    for name, value in vars(backend).items():
+        if not isinstance(value, torch.Tensor) or name in skip:
+            continue
+        if name == _WORKSPACE:
+            specs.append(BufferSpec(name, torch.uint8, Fill.UNINITIALISED,
+                                    workspace_bytes_per_row(backend)))
+        elif name in _CATALOGUE:
+            dtype, fill, extra = _CATALOGUE[name]
+            specs.append(BufferSpec(name, dtype, fill, extra=extra))
+        elif name not in NOT_PER_BATCH and value.dim() >= 1 and value.shape[0] in (
+            capacity, capacity + 1
+        ):
+            unknown.append(f"{name} {tuple(value.shape)} {value.dtype}")
+    if unknown:
+        raise UnknownBatchBufferError(
+            f"{type(backend).__name__} holds buffers sized by the request pool ({capacity}) that "
+            f"sglang-aiter-plugin does not know how to grow: {', '.join(unknown)}. A CUDA graph "
+            "captured above the pool size would read past them. Upgrade sglang-aiter-plugin (or "
+            "report the sglang release), or run --attention-backend aiter meanwhile."
+        )
+    return specs
+
+
+def is_checked(method: Any) -> bool:
+    """Whether ``method`` is a wrapper made by :func:`install_bounds_check`."""
+    return bool(getattr(method, _CHECKED, False))
+
+
+def install_bounds_check(backend: Any, capacity: int) -> list[str]:
+    """Shadow ``backend``'s metadata methods (an instance's own attributes) with a check that
+    raises :class:`BatchTooLargeError` above ``capacity`` rows before upstream's code runs.
+
+    Returns the names checked; idempotent. ``RuntimeError`` when a method takes neither ``bs``
+    nor ``forward_batch`` (a changed sglang: the check could not see the size).
+    """
+    owner = type(backend).__name__
+    checked = []
+    for name in METADATA_METHODS:
+        method = getattr(backend, name, None)
+        if method is None:
+            continue
+        if not is_checked(method):
+            setattr(backend, name, _checked(method, name, owner, capacity))
+        checked.append(name)
+    return checked
+
+
+def _checked(
+    method: Callable[..., Any], name: str, owner: str, capacity: int
+) -> Callable[..., Any]:
+    params = list(inspect.signature(method).parameters)
+    key = next((k for k in ("bs", "forward_batch") if k in params), None)
+    if key is None:
+        raise RuntimeError(
+            f"{name}{inspect.signature(method)} takes neither 'bs' nor 'forward_batch'; this "
+            "sglang changed its metadata interface, so SGLANG_AITER_EXT_BOUNDS_CHECK=1 cannot "
+            "check it. Unset the variable (or report the sglang release to sglang-aiter-plugin)."
+        )
+    pos, of_batch = params.index(key), key == "forward_batch"
+
+    @functools.wraps(method)
+    def checked(*args: Any, **kw: Any) -> Any:
+        given = args[pos] if len(args) > pos else kw[key]
+        bs = given.batch_size if of_batch else given
+        if bs > capacity:
+            raise BatchTooLargeError(
+                f"{owner}.{name}: a batch of {bs} rows, but CUDA graphs were captured for at most "
+                f"{capacity} (the per-batch buffers hold {capacity} rows); nothing was written. "
+                "sglang's graph runner runs larger batches eagerly; whatever called this must do "
+                f"the same, or capture graphs up to {bs} (--cuda-graph-max-bs)."
+            )
+        return method(*args, **kw)
+
+    setattr(checked, _CHECKED, True)
+    return checked
+
+
+def _tell_observers(pool: BufferPool, owner: Any, old: int, reason: str) -> None:
+    """Call the ``aiter_ext_pool_resized`` hook once the plugin manager exists. The pool is
+    already right (it re-points its holders itself): an observer that raises is only logged."""
+    from sglang_aiter_plugin.plugin.manager import current_manager
+    from sglang_aiter_plugin.plugin.spec import PoolResize
+
+    manager = current_manager()
+    if manager is None:
+        return
+    try:
+        manager.announce_resize(PoolResize(pool, owner, old, pool.capacity, reason))
+    except Exception:
+        logger.exception("sglang-aiter-plugin: an aiter_ext_pool_resized observer raised; "
+                         "the pool itself grew and re-pointed its holders")
+
+
+class PooledGraphState:
+    """Mixin placed before sglang's backend class: its ``init_cuda_graph_state``, which sglang
+    calls once before capturing any graph, in this order: read ``SGLANG_AITER_EXT_BOUNDS_CHECK``
+    (a bad value fails before anything changes); grow the pool to ``max_bs`` rows (upstream's own
+    partial regrowth then finds nothing to do) and tell the observers; run upstream's set-up;
+    verify it left every binding on the pool; freeze the pool; install the bounds check."""
+
+    buffer_pool: BufferPool
+
+    def _before_upstream(self, max_bs: int) -> None:
+        """Checks that must hold before upstream's set-up runs (none by default)."""
+
+    def init_cuda_graph_state(
+        self, max_bs: int, max_num_tokens: int, *args: Any, **kw: Any
+    ) -> None:
+        pool = self.buffer_pool
+        owner = type(self).__name__
+        check = bounds_check_requested()
+        reason = f"{owner}.init_cuda_graph_state(max_bs={max_bs})"
+        old = pool.capacity
+        if pool.grow(max_bs, reason=reason):
+            _tell_observers(pool, self, old, reason)
+        self._before_upstream(max_bs)
+        super().init_cuda_graph_state(max_bs, max_num_tokens, *args, **kw)  # type: ignore[misc]
+        stale = pool.stale_bindings()
+        if stale:
+            raise RuntimeError(
+                f"{owner}: sglang's init_cuda_graph_state replaced pooled buffers behind the "
+                f"pool: {stale}. This sglang release is not supported by sglang-aiter-plugin; "
+                "run --attention-backend aiter meanwhile."
+            )
+        pool.freeze(FROZEN_REASON)
+        if check:
+            install_bounds_check(self, pool.capacity)
+
+
+class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[misc]
+    """sglang's AITER backend whose per-batch buffers grow, together, to the captured batch."""
+
+    def __init__(
+        self,
+        model_runner: Any,
+        skip_prefill: bool = False,
+        kv_indptr_buf: Any = None,
+        topk: int = 1,
+    ) -> None:
+        super().__init__(model_runner, skip_prefill, kv_indptr_buf, topk)
+        capacity = batch_capacity(model_runner)  # every path's largest batch, not only P
+        borrowed = frozenset({"kv_indptr"}) if kv_indptr_buf is not None else frozenset()
+        specs = discover(self, int(model_runner.req_to_token_pool.size), skip=borrowed)
+        adopt = {s.name: getattr(self, s.name) for s in specs}
+        self.buffer_pool = BufferPool(self, specs, capacity, self.device, adopt=adopt)
+        for name in self.buffer_pool.names():
+            self.buffer_pool.bind(self, name, name)
+            for attr in PREFILL_UPDATERS:
+                updater = getattr(self, attr, None)
+                if updater is not None and getattr(updater, name, None) is not None:
+                    self.buffer_pool.bind(updater, name, name)
+
+    def _before_upstream(self, max_bs: int) -> None:
+        if "kv_indptr" not in self.buffer_pool.names() and self.kv_indptr.shape[-1] < max_bs + 1:
+            raise RuntimeError(
+                f"kv_indptr lent to this backend holds {self.kv_indptr.shape[-1]} entries, fewer "
+                f"than max_bs + 1 = {max_bs + 1}: the owner (the multi-step draft backend) must "
+                "grow it before its children's init_cuda_graph_state"
+            )
+
+
+class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend):  # type: ignore[misc]
+    """sglang's EAGLE draft wrapper with its shared ``kv_indptr`` pooled and pooled children.
+
+    Upstream allocates ``kv_indptr`` as ``(steps, P * topk + 1)``, lends row ``i`` to child ``i``
+    and never grows it (at a padded draft batch each row's last entry lands in the next row).
+    Here growth re-points the wrapper and every child's row before the children grow their own.
+    """
+
+    def __init__(self, model_runner: Any, topk: int, speculative_num_steps: int) -> None:
+        # Upstream builds its per-step children through the module-global name AiterAttnBackend.
+        init = rebound(
+            AiterMultiStepDraftBackend.__init__, {"AiterAttnBackend": AiterExtAttnBackend}
+        )
+        init(self, model_runner, topk, speculative_num_steps)
+        wrong = [
+            type(c).__name__ for c in self.attn_backends if not isinstance(c, AiterExtAttnBackend)
+        ]
+        if wrong:
+            raise RuntimeError(f"draft children were built as {wrong}, not AiterExtAttnBackend")
+        spec = BufferSpec("kv_indptr", torch.int32, Fill.ZEROS, per_row=int(topk), extra=1,
+                          leading=(int(speculative_num_steps),))
+        self.buffer_pool = BufferPool(self, [spec], batch_capacity(model_runner), self.device,
+                                      adopt={"kv_indptr": self.kv_indptr})
+        self.buffer_pool.bind(self, "kv_indptr", "kv_indptr")
+        for step, child in enumerate(self.attn_backends):
+            self.buffer_pool.bind(child, "kv_indptr", "kv_indptr", row=step)

@@ -10,7 +10,7 @@ __all__ = ["BUILTIN_FIXES"]
 #: (fix name, entry-point value: ``module`` or ``module:object``), in the order the fixes are
 #: applied and reported. The plugin manager loads them as it loads third-party entry points.
 BUILTIN_FIXES: tuple[tuple[str, str], ...] = (
-    ("attention-backend", "sglang_aiter_plugin.attention_backend.fix"),
+    ("attention-backend", "sglang_aiter_plugin.selection.fix"),
     ("capture-all-reduce", "sglang_aiter_plugin.fixes.collectives:ALL_REDUCE"),
     ("capture-all-gather", "sglang_aiter_plugin.fixes.collectives:ALL_GATHER"),
     ("capture-reduce-scatter", "sglang_aiter_plugin.fixes.collectives:REDUCE_SCATTER"),

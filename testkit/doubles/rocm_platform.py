@@ -89,7 +89,7 @@ def simulated_rocm(**overrides: Any) -> Iterator[None]:
 @contextlib.contextmanager
 def rocm_host() -> Iterator[None]:
     """The plugin's host check answers as on a ROCm machine with aiter installed."""
-    from sglang_aiter_plugin.backend import _availability
+    import sglang_aiter_plugin.backend as _availability
 
     original = _availability.host_problem
     _availability.host_problem = lambda: None

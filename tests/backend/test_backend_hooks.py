@@ -1,4 +1,5 @@
-"""The pool's cold-path contract: one announcement per growth, nothing added to per-step methods."""
+"""The backend's cold-path contract: the graph set-up that grows a pool tells the observers once,
+after the pool re-pointed every holder; nothing is added to per-step methods."""
 
 from __future__ import annotations
 
@@ -24,10 +25,13 @@ PER_STEP = (
 class Observer:
     def __init__(self) -> None:
         self.events: list[PoolResize] = []
+        self.saw_repointed: list[bool] = []
 
     @hookimpl
     def aiter_ext_pool_resized(self, event: PoolResize) -> None:
         self.events.append(event)
+        self.saw_repointed.append(event.owner.kv_indptr is event.pool.tensor("kv_indptr")
+                                  and event.pool.stale_bindings() == [])
 
 
 @pytest.fixture
@@ -75,3 +79,26 @@ def test_third_party_observer_sees_one_growth_with_the_grown_backend(
     assert event.pool is backend.buffer_pool
     assert (event.old_capacity, event.new_capacity) == (built, graph)
     assert f"max_bs={graph}" in event.reason
+    assert observer.saw_repointed == [True]  # observers see a pool that is already right
+
+
+@pytest.mark.parametrize("sglang_setup", ["dp-attention"], indirect=True)
+def test_an_observer_that_raises_is_logged_and_the_backend_is_already_right(
+    sglang_setup: Setup, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend
+
+    class Raising:
+        @hookimpl
+        def aiter_ext_pool_resized(self, event: PoolResize) -> None:
+            raise RuntimeError("observer failed")
+
+    use_manager(monkeypatch, [("raising", Raising())])
+    backend = AiterExtAttnBackend(sglang_setup.runner)
+    graph = backend.buffer_pool.capacity + 2
+    backend.init_cuda_graph_state(graph, graph)
+    assert backend.buffer_pool.capacity == graph
+    assert backend.buffer_pool.stale_bindings() == []
+    assert backend.buffer_pool.frozen  # the set-up went on to the end
+    assert "an aiter_ext_pool_resized observer raised" in caplog.text
+    assert "observer failed" in caplog.text

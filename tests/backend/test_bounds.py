@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sglang_aiter_plugin._switches import SwitchValueError
-from sglang_aiter_plugin.backend.bounds import (
+from sglang_aiter_plugin.backend.classes import (
     METADATA_METHODS,
     BatchTooLargeError,
     install_bounds_check,
@@ -107,7 +107,7 @@ from testkit.sglang_setup import SCENARIOS, POOL, configure, write_model_dir
 from testkit.decode_batch import DecodeBatch
 from testkit.doubles import aiter_backend_imports
 from sglang.srt.layers.attention import aiter_backend
-from sglang_aiter_plugin.backend.bounds import METADATA_METHODS
+from sglang_aiter_plugin.backend.classes import METADATA_METHODS
 aiter_backend_imports.install(aiter_backend)
 model_dir = write_model_dir(pathlib.Path(tempfile.mkdtemp()) / "m")
 setup = configure(model_dir, SCENARIOS["two-batch-overlap"], ("--page-size", "16"))
@@ -191,7 +191,7 @@ from testkit.decode_batch import draft_batch, draft_metadata
 from testkit.sglang_setup import SCENARIOS, configure, write_model_dir
 from testkit.doubles import aiter_backend_imports
 from sglang.srt.layers.attention import aiter_backend
-from sglang_aiter_plugin.backend.bounds import METADATA_METHODS
+from sglang_aiter_plugin.backend.classes import METADATA_METHODS
 aiter_backend_imports.install(aiter_backend)
 model_dir = write_model_dir(pathlib.Path(tempfile.mkdtemp()) / "m")
 setup = configure(model_dir, SCENARIOS["two-batch-overlap"])

@@ -1,4 +1,4 @@
-"""BufferPool on its own: fills, growth, re-pointing (by the pool itself), observers, freezing."""
+"""BufferPool on its own: fills, growth, re-pointing (by the pool itself, no observer), freezing."""
 
 from __future__ import annotations
 
@@ -7,10 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from sglang_aiter_plugin.backend import pool as pool_module
 from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill, PoolFrozenError
-from sglang_aiter_plugin.plugin import hookimpl
-from sglang_aiter_plugin.plugin.spec import PoolResize
-from testkit.plugins import use_manager
 
 SPECS = [
     BufferSpec("kv_indptr", torch.int32, Fill.ZEROS, extra=1),
@@ -19,25 +17,6 @@ SPECS = [
     BufferSpec("mask_indptr", torch.int64, Fill.ZEROS, extra=1),
     BufferSpec("workspace", torch.uint8, Fill.UNINITIALISED, per_row=40),
 ]
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[PoolResize] = []
-        self.saw_repointed: list[bool] = []
-
-    @hookimpl
-    def aiter_ext_pool_resized(self, event: PoolResize) -> None:
-        self.events.append(event)
-        holder = event.owner
-        self.saw_repointed.append(holder.kv_indptr is event.pool.tensor("kv_indptr"))
-
-
-@pytest.fixture
-def recorder(monkeypatch: pytest.MonkeyPatch) -> Recorder:
-    rec = Recorder()
-    use_manager(monkeypatch, [("recorder", rec)])
-    return rec
 
 
 def make_pool(capacity: int = 3) -> tuple[BufferPool, SimpleNamespace, SimpleNamespace]:
@@ -59,7 +38,7 @@ def test_buffers_are_sized_in_rows_with_their_fill_and_dtype() -> None:
     assert owner.workspace.numel() == 3 * 40
 
 
-def test_growth_reallocates_every_buffer_and_repoints_every_holder(recorder: Recorder) -> None:
+def test_growth_reallocates_every_buffer_and_repoints_every_holder() -> None:
     pool, owner, updater = make_pool(3)
     old = owner.kv_indptr
     assert pool.grow(5, reason="test") is True
@@ -73,22 +52,20 @@ def test_growth_reallocates_every_buffer_and_repoints_every_holder(recorder: Rec
     assert pool.stale_bindings() == []
 
 
-def test_growth_is_announced_once_with_old_new_and_reason_after_the_pool_repointed(
-    recorder: Recorder,
-) -> None:
-    pool, owner, _ = make_pool(3)
-    pool.grow(7, reason="init_cuda_graph_state(max_bs=7)")
-    pool.grow(7, reason="same size again")
-    pool.grow(4, reason="smaller")
-    assert [(e.old_capacity, e.new_capacity, e.reason) for e in recorder.events] == [
-        (3, 7, "init_cuda_graph_state(max_bs=7)")
-    ]
-    assert recorder.events[0].pool is pool
-    assert recorder.events[0].owner is owner
-    assert recorder.saw_repointed == [True]  # observers see a pool that is already right
+def test_the_pool_knows_nothing_of_the_plugin_layer() -> None:
+    """Whoever grows a pool tells the observers; the pool imports nothing above itself."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(pool_module.__file__ or "").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert {m for m in imported if m and m.startswith("sglang_aiter_plugin")} == {
+        "sglang_aiter_plugin._errors"
+    }
 
 
-def test_frozen_pool_refuses_to_grow_and_says_why(recorder: Recorder) -> None:
+def test_frozen_pool_refuses_to_grow_and_says_why() -> None:
     pool, owner, _ = make_pool(3)
     pool.freeze("CUDA graphs were captured against the current buffers")
     before = owner.kv_indptr
@@ -100,10 +77,10 @@ def test_frozen_pool_refuses_to_grow_and_says_why(recorder: Recorder) -> None:
     assert "captured" in message
     assert "freed memory" in message
     assert owner.kv_indptr is before
-    assert recorder.events == []
+    assert pool.capacity == 3
 
 
-def test_rows_of_a_leading_dimension_are_bound_as_views(recorder: Recorder) -> None:
+def test_rows_of_a_leading_dimension_are_bound_as_views() -> None:
     owner = SimpleNamespace()
     children = [SimpleNamespace(), SimpleNamespace()]
     spec = BufferSpec("kv_indptr", torch.int32, Fill.ZEROS, per_row=2, extra=1, leading=(3,))
@@ -116,45 +93,6 @@ def test_rows_of_a_leading_dimension_are_bound_as_views(recorder: Recorder) -> N
     for i, child in enumerate(children):
         assert child.kv_indptr.data_ptr() == owner.kv_indptr[i].data_ptr()
         assert child.kv_indptr.shape == (13,)
-
-
-def test_growth_keeps_every_holder_right_with_no_plugin_manager_at_all(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    use_manager(monkeypatch, builtin=False)  # no fixes, no observers registered
-    pool, owner, updater = make_pool(3)
-    assert pool.grow(5, reason="test")
-    assert pool.stale_bindings() == []
-    assert owner.kv_indptr.shape == (6,)
-    assert updater.kv_indptr is owner.kv_indptr
-
-
-def test_an_observer_that_raises_is_logged_and_the_pool_is_already_right(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    class Raising:
-        @hookimpl
-        def aiter_ext_pool_resized(self, event: PoolResize) -> None:
-            raise RuntimeError("observer failed")
-
-    use_manager(monkeypatch, [("raising", Raising())])
-    pool, _, _ = make_pool(3)
-    assert pool.grow(4, reason="test")
-    assert pool.capacity == 4
-    assert pool.stale_bindings() == []
-    assert "an aiter_ext_pool_resized observer raised" in caplog.text
-    assert "observer failed" in caplog.text
-
-
-def test_before_the_plugin_registered_growth_needs_no_manager(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from sglang_aiter_plugin.plugin import manager as manager_module
-
-    monkeypatch.setattr(manager_module, "current_manager", lambda: None)
-    pool, owner, _ = make_pool(3)
-    assert pool.grow(4, reason="test")
-    assert owner.kv_indptr.shape == (5,)
 
 
 def test_adopts_tensors_that_fit_and_replaces_those_that_do_not() -> None:

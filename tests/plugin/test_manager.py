@@ -149,7 +149,7 @@ def test_a_blocked_fix_is_reported_disabled_and_never_imported() -> None:
 
 def test_a_disabled_builtin_fix_is_not_imported_by_register() -> None:
     data = off_rocm_process()  # SGLANG_AITER_EXT_DISABLE=attention-backend
-    assert "sglang_aiter_plugin.attention_backend.fix" not in data["imported"]
+    assert "sglang_aiter_plugin.selection.fix" not in data["imported"]
     assert data["statuses"]["attention-backend"][0] == "disabled"
     assert "sglang_aiter_plugin._registration" in data["imported"]  # the plugin did load
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_aiter_plugin.attention_backend import MARKER_ATTR
 from sglang_aiter_plugin.backend import AiterUnavailableError
+from sglang_aiter_plugin.selection.choice import MARKER_ATTR
 
 FLAGS = ["--attention-backend", "--prefill-attention-backend", "--decode-attention-backend"]
 
@@ -14,7 +14,7 @@ FLAGS = ["--attention-backend", "--prefill-attention-backend", "--decode-attenti
 def test_real_parser_accepts_aiter_ext(plugins_loaded: None, flag: str) -> None:
     from sglang.srt.server_args import prepare_server_args
 
-    from sglang_aiter_plugin.attention_backend import fold_point
+    from sglang_aiter_plugin.selection.choice import fold_point
     from testkit.doubles.rocm_platform import rocm_host
 
     with rocm_host():  # 0.5.11-0.5.18 resolve while parsing: aiter-ext needs a ROCm host
@@ -43,7 +43,7 @@ def test_real_parser_still_rejects_unknown_names(
 def test_choice_is_added_once_in_the_shared_list(plugins_loaded: None) -> None:
     from sglang.srt import server_args
 
-    from sglang_aiter_plugin.attention_backend.steps import add_choice
+    from sglang_aiter_plugin.selection.fix import add_choice
 
     add_choice(server_args)
     add_choice(server_args)
@@ -51,7 +51,7 @@ def test_choice_is_added_once_in_the_shared_list(plugins_loaded: None) -> None:
 
 
 def test_building_aiter_ext_without_rocm_names_rocm_and_aiter(construction_sites: None) -> None:
-    from sglang_aiter_plugin.backend._availability import aiter_problem
+    from sglang_aiter_plugin.backend import aiter_problem
 
     if aiter_problem() is None:
         pytest.skip("aiter runs on this host: there is no missing-ROCm message to show")

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from sglang_aiter_plugin.attention_backend import fold_point
-from sglang_aiter_plugin.attention_backend.fold import fold
+from sglang_aiter_plugin.selection.choice import fold, fold_point
 from testkit.doubles.rocm_platform import rocm_host
 
 
@@ -58,7 +57,8 @@ def test_a_later_launch_without_the_choice_removes_what_an_earlier_one_wrote(
     import os
     from types import SimpleNamespace
 
-    from sglang_aiter_plugin.attention_backend import MARKER_ATTR, SELECTED_ENV, marker
+    from sglang_aiter_plugin.selection import choice as marker
+    from sglang_aiter_plugin.selection.choice import MARKER_ATTR, SELECTED_ENV
 
     monkeypatch.delenv(SELECTED_ENV, raising=False)
     first, second = SimpleNamespace(), SimpleNamespace()

@@ -1,7 +1,7 @@
 """Canaries: a new sglang release that adds, moves or drops an ``"aiter"`` decision or an aiter
 construction site fails here, loudly, instead of silently diverging.
 
-The audits are pinned per release in ``tests/attention_backend/audit/<release>.txt``, written by
+The audits are pinned per release in ``tests/selection/audit/<release>.txt``, written by
 ``tools/audit_aiter_literals.py`` from the release's own source.
 """
 
@@ -16,7 +16,7 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin import _releases
-from sglang_aiter_plugin.attention_backend import CONSTRUCTION_SITES
+from sglang_aiter_plugin.selection.sites import CONSTRUCTION_SITES
 
 ROOT = Path(__file__).resolve().parents[2]
 AUDIT_DIR = Path(__file__).resolve().parent / "audit"
@@ -53,7 +53,7 @@ def pinned(sglang_version: object) -> list[str]:
             f"no pinned aiter audit for sglang {sglang_version}: run "
             f"`python tools/audit_aiter_literals.py {_package_dir()} --write`, review every new "
             "or changed line (a new \"aiter\" test is covered by the fold; a new construction "
-            "site needs a row in sglang_aiter_plugin/attention_backend/targets.py and a wrapper "
+            "site needs a row in sglang_aiter_plugin/selection/sites.py and a wrapper "
             "in factories.py), then commit it"
         )
     return path.read_text(encoding="utf-8").splitlines()
@@ -92,7 +92,7 @@ def test_the_fold_sits_at_the_first_resolution_step(
 ) -> None:
     from sglang.srt.server_args import ServerArgs
 
-    from sglang_aiter_plugin.attention_backend import fold_point
+    from sglang_aiter_plugin.selection.choice import fold_point
 
     resolve_once = Version(str(sglang_version)) >= Version("0.5.19")
     expected = "resolve_once" if resolve_once else "__post_init__"

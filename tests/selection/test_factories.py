@@ -12,11 +12,20 @@ from typing import Any
 
 import pytest
 
-from sglang_aiter_plugin.attention_backend import MARKER_ATTR, SELECTED_ENV
-from sglang_aiter_plugin.backend import AiterUnavailableError, backend_classes
+from sglang_aiter_plugin.backend import AiterUnavailableError
+from sglang_aiter_plugin.selection.choice import MARKER_ATTR, SELECTED_ENV
 from testkit.sglang_setup import Setup
 
 AITER = "sglang.srt.layers.attention.aiter_backend"
+
+
+def backend_classes() -> tuple[type[Any], type[Any]]:
+    from sglang_aiter_plugin.backend.classes import (
+        AiterExtAttnBackend,
+        AiterExtMultiStepDraftBackend,
+    )
+
+    return AiterExtAttnBackend, AiterExtMultiStepDraftBackend
 
 
 @pytest.fixture
@@ -30,7 +39,7 @@ def runner(
     monkeypatch: pytest.MonkeyPatch, plugins_loaded: None, sglang_setup: Setup
 ) -> Any:
     """A configured model runner; aiter "available"; no choice in the environment."""
-    from sglang_aiter_plugin.backend import _availability
+    import sglang_aiter_plugin.backend as _availability
 
     monkeypatch.setattr(_availability, "require_aiter", lambda: None)
     monkeypatch.delenv(SELECTED_ENV, raising=False)
@@ -160,7 +169,7 @@ def test_an_unfolded_aiter_ext_entry_fails_fast(
 ) -> None:
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
 
-    from sglang_aiter_plugin.attention_backend.factories import UnfoldedSelectionError
+    from sglang_aiter_plugin.selection.sites import UnfoldedSelectionError
 
     with pytest.raises(UnfoldedSelectionError, match="without being resolved as 'aiter'"):
         ATTENTION_BACKENDS["aiter-ext"](_choose(monkeypatch, runner, "aiter-ext"))

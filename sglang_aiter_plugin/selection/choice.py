@@ -1,0 +1,160 @@
+"""Choosing ``aiter-ext``: fold it into ``aiter`` at the entry of resolution, record the choice.
+
+The fold runs where every entry point (``launch_server``, ``sglang serve``, ``Engine``) passes
+before the first backend name is read. **0.5.19+**: ``ServerArgs.resolve_once``, which declares
+``attention_backend='aiter'`` (etc.) with sglang's own ``declare_resolution``, as sglang folds its
+deprecated aliases; the pipeline records the raw input first, so ``launch_command`` still shows
+``aiter-ext``. **0.5.11-0.5.18**: resolution *is* ``ServerArgs.__post_init__`` (0.5.15+ reset the
+declarations first), so the wrapper writes the fields before the original runs. Guards run at the
+same point: ``AiterUnavailableError`` where aiter cannot run (before sglang detects devices or
+loads weights), :class:`BackendChoiceError` for a launch that cannot behave like ``aiter``.
+
+The choice then travels, only when made, as :data:`MARKER_ATTR` on the ``ServerArgs`` record
+(pickled to schedulers and draft workers; per record, so two engines in one process do not
+interfere) and as :data:`SELECTED_ENV` (``1``, inherited by ``spawn`` children, for code that
+rebuilds a record from field values). The record wins when it carries the attribute.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from sglang_aiter_plugin import backend
+from sglang_aiter_plugin._errors import AiterExtError, shorten
+from sglang_aiter_plugin._log import log
+
+__all__ = ["BACKEND_FIELDS", "EXT_NAME", "MARKER_ATTR", "SELECTED_ENV", "STOCK_NAME",
+           "BackendChoiceError", "SelectionError", "fold", "fold_point", "install_fold",
+           "is_selected", "on_record", "record"]
+
+EXT_NAME = "aiter-ext"
+STOCK_NAME = "aiter"
+MARKER_ATTR = "_aiter_ext_impl"
+SELECTED_ENV = "SGLANG_AITER_EXT_SELECTED"
+
+
+class SelectionError(AiterExtError, ValueError):
+    """The recorded choice of backend class cannot be read."""
+
+
+_listeners: list[Callable[[bool], None]] = []
+
+
+def on_record(listener: Callable[[bool], None]) -> None:
+    """Call ``listener(selected)`` after every recorded choice (the fix arms its steps by it)."""
+    if listener not in _listeners:
+        _listeners.append(listener)
+
+
+def record(server_args: Any, selected: bool) -> None:
+    """Record the choice of ``aiter-ext`` on ``server_args`` and in the environment. Without it
+    nothing is written on the record, and a :data:`SELECTED_ENV` left by an earlier launch (in
+    this process, or inherited) is removed so it cannot turn this launch's ``aiter`` into ours."""
+    if selected:
+        setattr(server_args, MARKER_ATTR, EXT_NAME)
+        os.environ[SELECTED_ENV] = "1"
+    else:
+        os.environ.pop(SELECTED_ENV, None)
+    for listener in list(_listeners):
+        listener(selected)
+
+
+def is_selected(server_args: Any | None) -> bool:
+    """Whether the plugin's classes should stand in for sglang's ``aiter`` classes."""
+    if server_args is not None:
+        value = getattr(server_args, MARKER_ATTR, None)
+        if value is not None:
+            return bool(value == EXT_NAME)
+    value = os.environ.get(SELECTED_ENV, "0")
+    if value not in ("0", "1"):
+        raise SelectionError(
+            f"{SELECTED_ENV}={shorten(value)} is not valid; accepted values: 0, 1. The plugin "
+            "writes it when it resolves the launch arguments (it is not a switch): unset it, and "
+            "choose the backend with --attention-backend aiter or aiter-ext."
+        )
+    return value == "1"
+
+
+BACKEND_FIELDS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
+                  "speculative_draft_attention_backend")
+SOURCE = "sglang_aiter_plugin"
+_WRAPPED_FLAG = "__sglang_aiter_plugin_fold__"
+
+
+class BackendChoiceError(AiterExtError, ValueError):
+    """A launch that selects ``aiter-ext`` in a way the plugin cannot make behave like ``aiter``."""
+
+
+def fold_point(server_args_cls: type[Any]) -> str:
+    """The ``ServerArgs`` method whose entry is the fold point in the installed release."""
+    return "resolve_once" if hasattr(server_args_cls, "resolve_once") else "__post_init__"
+
+
+def _check(server_args: Any, named: dict[str, str]) -> None:
+    ext = sorted(f for f, v in named.items() if v == EXT_NAME)
+    stock = sorted(f for f, v in named.items() if v == STOCK_NAME)
+    if stock:
+        raise BackendChoiceError(
+            f"attention backends mix 'aiter-ext' ({', '.join(ext)}) with 'aiter' "
+            f"({', '.join(stock)}); sglang-aiter-plugin builds one class for every aiter backend "
+            "of a server. Choose 'aiter-ext' for all of them, or 'aiter' for all of them."
+        )
+    if getattr(server_args, "use_ray", False):
+        raise BackendChoiceError(
+            "--attention-backend aiter-ext cannot be used with --use-ray: sglang's Ray scheduler "
+            "actors never load plugins, so they would build stock 'aiter' silently. Drop "
+            "--use-ray, or use --attention-backend aiter."
+        )
+
+
+def fold(server_args: Any, *, declare: bool) -> list[str]:
+    """Resolve every backend field naming ``aiter-ext`` as ``aiter``; record the choice.
+
+    ``declare`` selects sglang's ``declare_resolution`` (0.5.19+) over writing the fields
+    (0.5.11-0.5.18). Returns the folded field names (empty when ``aiter-ext`` was not chosen).
+    """
+    named = {f: v for f in BACKEND_FIELDS if isinstance(v := getattr(server_args, f, None), str)}
+    folded = sorted(f for f, v in named.items() if v == EXT_NAME)
+    if folded:
+        # before sglang detects devices or loads anything; the message names the flag typed
+        backend.require_rocm_host(f"--{folded[0].replace('_', '-')}")
+        _check(server_args, named)
+        renamed = dict.fromkeys(folded, STOCK_NAME)
+        if declare:
+            from sglang.srt.arg_groups.overrides import declare_resolution
+
+            declare_resolution(server_args, SOURCE, **renamed)
+        else:
+            for name, value in renamed.items():
+                setattr(server_args, name, value)
+        log(logging.INFO, "sglang-aiter-plugin: resolving %s 'aiter-ext' as 'aiter' (sglang's "
+            "aiter configuration, validation and runtime paths); sglang's aiter backends will be "
+            "built as the plugin's aiter-ext classes", ", ".join(folded))
+    record(server_args, selected=bool(folded))
+    return folded
+
+
+def _wrap(original: Callable[..., Any], *, declare: bool) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # A finished (or failed) record is not resolved again; the original decides what to do.
+        if not (getattr(self, "_resolution_finished", False)
+                or getattr(self, "_resolution_failed", False)):
+            fold(self, declare=declare)
+        return original(self, *args, **kwargs)
+
+    setattr(wrapper, _WRAPPED_FLAG, True)
+    return wrapper
+
+
+def install_fold(server_args_cls: type[Any]) -> str:
+    """Wrap the release's fold point on ``ServerArgs`` once; return its name."""
+    point = fold_point(server_args_cls)
+    current = getattr(server_args_cls, point)
+    if not getattr(current, _WRAPPED_FLAG, False):
+        setattr(server_args_cls, point, _wrap(current, declare=point == "resolve_once"))
+    return point

@@ -1,0 +1,150 @@
+"""sglang's ``aiter`` construction sites, and which class each builds once ``aiter-ext`` is chosen.
+
+:data:`TARGETS` is every sglang symbol the ``attention-backend`` fix touches; those with ``builds``
+construct an aiter backend class (pinned per release by ``tests/selection/audit``), importing it
+from sglang's ``aiter_backend`` when they run. The plugin wraps the three factory functions: when
+:func:`~.choice.is_selected` says ``aiter-ext`` was chosen, the wrapper runs a copy of sglang's own
+function (:func:`~sglang_aiter_plugin._rebind.rebound`) in which that import yields the plugin's
+subclass named in :data:`PLUGIN_CLASSES`; sglang's arguments, stamps (``"aiter"``) and wrappers
+stay sglang's. Without the choice the stock function runs untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, NamedTuple
+
+from sglang_aiter_plugin import backend
+from sglang_aiter_plugin._errors import AiterExtError
+from sglang_aiter_plugin._rebind import rebound
+from sglang_aiter_plugin.selection.choice import EXT_NAME, STOCK_NAME, is_selected
+
+__all__ = ["AITER_MODULE", "CONSTRUCTION_SITES", "DRAFT_UTILS_MODULE", "PLUGIN_CLASSES",
+           "REGISTRY_MODULE", "SERVER_ARGS_MODULE", "TARGETS", "Target", "UnfoldedSelectionError",
+           "build_plugin_classes", "install_construction_sites"]
+
+SERVER_ARGS_MODULE = "sglang.srt.server_args"
+REGISTRY_MODULE = "sglang.srt.layers.attention.attention_registry"
+DRAFT_UTILS_MODULE = "sglang.srt.speculative.draft_utils"
+AITER_MODULE = "sglang.srt.layers.attention.aiter_backend"
+
+#: sglang's class a construction site imports -> the plugin's class it builds instead.
+PLUGIN_CLASSES = {
+    "AiterAttnBackend": "AiterExtAttnBackend",
+    "AiterMultiStepDraftBackend": "AiterExtMultiStepDraftBackend",
+}
+
+
+class Target(NamedTuple):
+    """One sglang symbol and what the fix does to it; ``builds``: the sglang aiter class this
+    function constructs (construction sites only)."""
+
+    module: str
+    qualname: str
+    change: str
+    builds: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.qualname}"
+
+
+TARGETS: tuple[Target, ...] = (
+    Target(SERVER_ARGS_MODULE, "ATTENTION_BACKEND_CHOICES",
+           "'aiter-ext' appended to the shared list, in place"),
+    Target(SERVER_ARGS_MODULE, "ServerArgs.resolve_once",
+           "wrapped (0.5.19+): fold 'aiter-ext' to 'aiter' before resolution"),
+    Target(SERVER_ARGS_MODULE, "ServerArgs.__post_init__",
+           "wrapped (0.5.11-0.5.18): fold 'aiter-ext' to 'aiter' before resolution"),
+    Target(REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter']",
+           "wrapped: runs sglang's create_aiter_backend building the plugin's class when chosen",
+           builds="AiterAttnBackend"),
+    Target(REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter-ext']",
+           "added: fails fast when a launch path skipped the fold"),
+    Target(DRAFT_UTILS_MODULE, "DraftBackendFactory._create_aiter_prefill_backend",
+           "wrapped: builds the plugin's class when chosen", builds="AiterAttnBackend"),
+    Target(DRAFT_UTILS_MODULE, "DraftBackendFactory._create_aiter_decode_backend",
+           "wrapped: builds the plugin's class when chosen",
+           builds="AiterMultiStepDraftBackend"),
+    Target(AITER_MODULE, "AiterMultiStepDraftBackend.__init__",
+           "not modified: the plugin's draft class runs a copy building its own children",
+           builds="AiterAttnBackend"),
+)
+
+#: (module, qualified name) of every function that constructs an aiter backend class.
+CONSTRUCTION_SITES: frozenset[tuple[str, str]] = frozenset(
+    (t.module, "create_aiter_backend" if t.module == REGISTRY_MODULE else t.qualname)
+    for t in TARGETS
+    if t.builds is not None
+)
+
+_WRAPPED_FLAG = "__sglang_aiter_plugin_factory__"
+
+
+class UnfoldedSelectionError(AiterExtError, RuntimeError):
+    """``aiter-ext`` reached the model runner without having been resolved as ``aiter``."""
+
+
+def build_plugin_classes(fn: Callable[..., Any], builds: str, *args: Any, **kwargs: Any) -> Any:
+    """Run sglang's construction function ``fn`` so that the ``builds`` class it imports is ours
+    (after ``require_aiter()``: without ROCm the message names ROCm and aiter)."""
+    backend.require_aiter()
+    classes = importlib.import_module("sglang_aiter_plugin.backend.classes")  # imports sglang's
+    cls = getattr(classes, PLUGIN_CLASSES[builds])
+    return rebound(fn, {builds: cls}, module=AITER_MODULE)(*args, **kwargs)
+
+
+def _selecting(original: Callable[..., Any], builds: str,
+               record_of: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if is_selected(record_of(*args)):
+            return build_plugin_classes(original, builds, *args, **kwargs)
+        return original(*args, **kwargs)
+
+    setattr(wrapper, _WRAPPED_FLAG, True)
+    return wrapper
+
+
+def _runner_record(runner: Any, *_: Any) -> Any:
+    return getattr(runner, "server_args", None)
+
+
+def _draft_record(factory: Any, *_: Any) -> Any:
+    return getattr(getattr(factory, "draft_model_runner", None), "server_args", None)
+
+
+def unfolded_backend(runner: Any) -> Any:
+    """``ATTENTION_BACKENDS['aiter-ext']``: reached only when the fold did not run."""
+    backend.require_aiter()
+    raise UnfoldedSelectionError(
+        "attention backend 'aiter-ext' reached the model runner without being resolved as "
+        "'aiter', so sglang's aiter-specific configuration was skipped. The server arguments "
+        "were resolved before sglang loaded plugins (HttpServerEngineAdapter, benchmark "
+        "scripts, a hand-built ServerArgs). Launch with `python -m sglang.launch_server`, "
+        "`sglang serve` or `sglang.Engine(...)`, or call sglang.srt.plugins.load_plugins() "
+        "before building ServerArgs."
+    )
+
+
+def install_construction_sites(registry: ModuleType) -> None:
+    """Wrap sglang's construction sites once: ``ATTENTION_BACKENDS['aiter']`` and the
+    ``DraftBackendFactory`` aiter methods; make ``'aiter-ext'`` a fail-fast registry entry."""
+    backends: dict[str, Any] = registry.ATTENTION_BACKENDS
+    factory = importlib.import_module(DRAFT_UTILS_MODULE).DraftBackendFactory
+    for target in TARGETS:
+        if target.builds is None or target.module == AITER_MODULE:
+            continue  # AiterMultiStepDraftBackend.__init__: the plugin's draft class runs a copy
+        if target.module == REGISTRY_MODULE:
+            if not getattr(backends[STOCK_NAME], _WRAPPED_FLAG, False):
+                backends[STOCK_NAME] = _selecting(backends[STOCK_NAME], target.builds,
+                                                  _runner_record)
+            continue
+        method = target.qualname.split(".")[1]
+        if not getattr(getattr(factory, method), _WRAPPED_FLAG, False):
+            setattr(factory, method, _selecting(getattr(factory, method), target.builds,
+                                                _draft_record))
+    if backends.get(EXT_NAME) is not unfolded_backend:
+        registry.register_attention_backend(EXT_NAME)(unfolded_backend)

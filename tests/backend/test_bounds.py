@@ -99,69 +99,102 @@ def test_a_method_without_a_batch_size_is_named() -> None:
         install_bounds_check(Changed(), 8)
 
 
-# sglang's own metadata code on a frozen pool (P = 33, two-batch overlap: max_bs = 34).
-DECODE = """
+# sglang's own metadata code on a frozen pool (P = 33, two-batch overlap: max_bs = 34), one
+# interpreter for every case (TRITON_INTERPRET must be set before Triton is imported): each decode
+# path with and without the switch (read per instance, at graph set-up), then the draft wrapper.
+SCRIPT = """
 import os, hashlib, pathlib, tempfile, torch
-os.environ["SGLANG_USE_AITER_UNIFIED_ATTN"] = {unified!r}
 from testkit.sglang_setup import SCENARIOS, POOL, configure, write_model_dir
-from testkit.decode_batch import DecodeBatch
+from testkit.decode_batch import DecodeBatch, draft_batch, draft_metadata
 from testkit.doubles import aiter_backend_imports
 from sglang.srt.layers.attention import aiter_backend
 from sglang_aiter_plugin.backend.classes import METADATA_METHODS
 aiter_backend_imports.install(aiter_backend)
 model_dir = write_model_dir(pathlib.Path(tempfile.mkdtemp()) / "m")
-setup = configure(model_dir, SCENARIOS["two-batch-overlap"], ("--page-size", "16"))
-with setup.scope:
-    from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend
-    b = AiterExtAttnBackend(setup.runner)
-    table = setup.runner.req_to_token_pool.req_to_token
-    table.copy_(torch.arange(table.numel(), dtype=table.dtype).view_as(table) % 997)
-    b.init_cuda_graph_state(setup.max_bs, setup.max_bs)
-    names = b.buffer_pool.names() + [
-        n for n in ("cuda_graph_kv_indices", "cuda_graph_page_table")
-        if isinstance(getattr(b, n, None), torch.Tensor)
-    ]
-    def digest():
-        return {{n: hashlib.sha1(getattr(b, n).contiguous().view(torch.uint8).numpy()).hexdigest()
-                for n in names}}
-    def call(bs, in_capture):
-        batch = DecodeBatch(b, bs, "cpu")
-        n = min(bs, POOL)
-        batch.set(list(range(n)), [17 + 3 * i for i in range(n)],
-                  torch.zeros(n, b.num_head * b.head_dim))
-        before = digest()
-        try:
-            batch.metadata(in_capture=in_capture)
-            error = None
-        except Exception as exc:
-            error = [type(exc).__name__, str(exc)]
-        after = digest()
-        return dict(error=error, changed=sorted(n for n in names if before[n] != after[n]),
-                    state=after)
-    out = dict(
-        max_bs=setup.max_bs,
-        shadowed=sorted(m for m in METADATA_METHODS if m in vars(b)),
-        fits=call(setup.max_bs, False),
-        above_replay=call(setup.max_bs + 2, False),
-        above_capture=call(setup.max_bs + 2, True),
-    )
-    print("RESULT " + json.dumps(out))
+
+def decode(unified, check):
+    os.environ["SGLANG_USE_AITER_UNIFIED_ATTN"] = unified
+    os.environ.pop("SGLANG_AITER_EXT_BOUNDS_CHECK", None)
+    if check:
+        os.environ["SGLANG_AITER_EXT_BOUNDS_CHECK"] = "1"
+    setup = configure(model_dir, SCENARIOS["two-batch-overlap"], ("--page-size", "16"))
+    with setup.scope:
+        from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend
+        b = AiterExtAttnBackend(setup.runner)
+        table = setup.runner.req_to_token_pool.req_to_token
+        table.copy_(torch.arange(table.numel(), dtype=table.dtype).view_as(table) % 997)
+        b.init_cuda_graph_state(setup.max_bs, setup.max_bs)
+        names = b.buffer_pool.names() + [
+            n for n in ("cuda_graph_kv_indices", "cuda_graph_page_table")
+            if isinstance(getattr(b, n, None), torch.Tensor)
+        ]
+        def digest():
+            return {n: hashlib.sha1(getattr(b, n).contiguous().view(torch.uint8).numpy())
+                    .hexdigest() for n in names}
+        def call(bs, in_capture):
+            batch = DecodeBatch(b, bs, "cpu")
+            n = min(bs, POOL)
+            batch.set(list(range(n)), [17 + 3 * i for i in range(n)],
+                      torch.zeros(n, b.num_head * b.head_dim))
+            before = digest()
+            try:
+                batch.metadata(in_capture=in_capture)
+                error = None
+            except Exception as exc:
+                error = [type(exc).__name__, str(exc)]
+            after = digest()
+            return dict(error=error, changed=sorted(n for n in names if before[n] != after[n]),
+                        state=after)
+        return dict(
+            max_bs=setup.max_bs,
+            shadowed=sorted(m for m in METADATA_METHODS if m in vars(b)),
+            fits=call(setup.max_bs, False),
+            above_replay=call(setup.max_bs + 2, False),
+            above_capture=call(setup.max_bs + 2, True),
+        )
+
+def draft():
+    os.environ["SGLANG_AITER_EXT_BOUNDS_CHECK"] = "1"
+    setup = configure(model_dir, SCENARIOS["two-batch-overlap"])
+    with setup.scope:
+        from sglang_aiter_plugin.backend.classes import AiterExtMultiStepDraftBackend
+        d = AiterExtMultiStepDraftBackend(setup.runner, 1, 3)
+        d.init_cuda_graph_state(setup.max_bs, setup.max_bs)
+        def replay(bs):  # the draft graph runner's metadata call for one replay
+            fb = draft_batch(setup.runner, bs, "cpu")
+            before = d.kv_indptr.clone()
+            try:
+                draft_metadata(d, fb)
+                error = None
+            except Exception as exc:
+                error = [type(exc).__name__, str(exc)]
+            return dict(error=error, unchanged=bool(torch.equal(before, d.kv_indptr)),
+                        row0=d.kv_indptr[0, : bs + 1].tolist())
+        return dict(
+            max_bs=setup.max_bs, fits=replay(setup.max_bs), above=replay(setup.max_bs + 2),
+            shadowed=sorted(m for m in METADATA_METHODS if m in vars(d)),
+            children=[sorted(m for m in METADATA_METHODS if m in vars(c))
+                      for c in d.attn_backends],
+        )
+
+out = {f"{path}-{check}": decode("1" if path == "unified" else "0", check == "checked")
+       for path in ("ragged", "unified") for check in ("checked", "plain")}
+out["draft"] = draft()
+print("RESULT " + json.dumps(out))
 """
 
 
-def _decode(path: str, check: str | None) -> Any:
-    env = {"TRITON_INTERPRET": "1"}
-    if check is not None:
-        env["SGLANG_AITER_EXT_BOUNDS_CHECK"] = check
-    result = run_python(DECODE.format(unified="1" if path == "unified" else "0"), env=env)
+@pytest.fixture(scope="module")
+def metadata_runs() -> Any:
+    result = run_python(SCRIPT, env={"TRITON_INTERPRET": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     return result.data
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", ["ragged", "unified"])
-def test_sglangs_metadata_code_behind_the_check(path: str) -> None:
-    checked, plain = _decode(path, "1"), _decode(path, None)
+def test_sglangs_metadata_code_behind_the_check(path: str, metadata_runs: Any) -> None:
+    checked, plain = metadata_runs[f"{path}-checked"], metadata_runs[f"{path}-plain"]
 
     # Without the switch the instance keeps upstream's methods (nothing on the per-step path).
     assert plain["shadowed"] == []
@@ -170,7 +203,7 @@ def test_sglangs_metadata_code_behind_the_check(path: str) -> None:
     # A batch that fits: the metadata call writes the same buffers, the same bytes.
     assert checked["fits"]["error"] is None, checked["fits"]
     assert checked["fits"]["changed"], "the metadata call wrote nothing to compare"
-    scratch = {"workspace_buffer"}  # allocated uninitialised: differs between processes
+    scratch = {"workspace_buffer"}  # allocated uninitialised: differs between instances
     assert {k: v for k, v in checked["fits"]["state"].items() if k not in scratch} == {
         k: v for k, v in plain["fits"]["state"].items() if k not in scratch
     }
@@ -185,44 +218,9 @@ def test_sglangs_metadata_code_behind_the_check(path: str) -> None:
         assert got["changed"] == [], got["changed"]
 
 
-DRAFT = """
-import pathlib, tempfile, torch
-from testkit.decode_batch import draft_batch, draft_metadata
-from testkit.sglang_setup import SCENARIOS, configure, write_model_dir
-from testkit.doubles import aiter_backend_imports
-from sglang.srt.layers.attention import aiter_backend
-from sglang_aiter_plugin.backend.classes import METADATA_METHODS
-aiter_backend_imports.install(aiter_backend)
-model_dir = write_model_dir(pathlib.Path(tempfile.mkdtemp()) / "m")
-setup = configure(model_dir, SCENARIOS["two-batch-overlap"])
-with setup.scope:
-    from sglang_aiter_plugin.backend.classes import AiterExtMultiStepDraftBackend
-    draft = AiterExtMultiStepDraftBackend(setup.runner, 1, 3)
-    draft.init_cuda_graph_state(setup.max_bs, setup.max_bs)
-    def replay(bs):  # the draft graph runner's metadata call for one replay
-        fb = draft_batch(setup.runner, bs, "cpu")
-        before = draft.kv_indptr.clone()
-        try:
-            draft_metadata(draft, fb)
-            error = None
-        except Exception as exc:
-            error = [type(exc).__name__, str(exc)]
-        return dict(error=error, unchanged=bool(torch.equal(before, draft.kv_indptr)),
-                    row0=draft.kv_indptr[0, : bs + 1].tolist())
-    out = dict(
-        max_bs=setup.max_bs, fits=replay(setup.max_bs), above=replay(setup.max_bs + 2),
-        shadowed=sorted(m for m in METADATA_METHODS if m in vars(draft)),
-        children=[sorted(m for m in METADATA_METHODS if m in vars(c)) for c in draft.attn_backends],
-    )
-    print("RESULT " + json.dumps(out))
-"""
-
-
 @pytest.mark.slow
-def test_draft_wrapper_and_children_are_checked() -> None:
-    result = run_python(DRAFT, env={"SGLANG_AITER_EXT_BOUNDS_CHECK": "1", "TRITON_INTERPRET": "1"})
-    assert result.returncode == 0, result.stderr[-3000:]
-    data = result.data
+def test_draft_wrapper_and_children_are_checked(metadata_runs: Any) -> None:
+    data = metadata_runs["draft"]
     assert data["shadowed"], data
     assert all(data["children"]), data
     # A batch that fits reaches sglang's draft kernel: step 0 holds each sequence's 9 + 1 entries.

@@ -3,6 +3,7 @@
 At a padded draft batch (34 sequences, P = 33) upstream's shared ``kv_indptr`` rows hold 34
 entries; the kernel writes 35 per row, so each row's last entry lands in the next row's first
 element, which nothing rewrites. With the pool the rows hold ``max_bs * topk + 1`` entries.
+Each backend runs in its own interpreter: upstream's kernel writes past the end of its buffer.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ and fp16 (the interpreter computes bf16 ``tl.dot`` wrongly, triton-lang/triton#1
 backend runs its unified decode at the padded batch of 34 rows (33 requests and one padding row,
 as sglang pads) and then a unified extend batch, with its own metadata code and its own buffers.
 ``SentinelKernel`` runs each call with two sentinels after the ``cu_seqlens_q`` it was handed:
-an output that changes with them means the kernel read past the end. Each case runs in a fresh
-interpreter: ``TRITON_INTERPRET`` must be set before Triton is imported.
+an output that changes with them means the kernel read past the end. Both backends run in
+one fresh interpreter: ``TRITON_INTERPRET`` must be set before Triton is imported.
 """
 
 from __future__ import annotations
@@ -65,10 +65,12 @@ aiter_backend.unified_attention = probe
 model_dir = write_model_dir(pathlib.Path(tempfile.mkdtemp()) / "m")
 setup = configure(model_dir, SCENARIOS["two-batch-overlap"],
                   ("--page-size", str(PAGE), "--dtype", "float16", "--context-length", "512"))
-out = dict(origin=kernel.tree.origin, module=kernel.module.__name__, max_bs=setup.max_bs)
-with setup.scope:
+
+
+def run(kind):
+    out = dict(origin=kernel.tree.origin, module=kernel.module.__name__, max_bs=setup.max_bs)
     fill_paged_requests(setup.runner, POOL, PAGE, seed=0)
-    if {kind!r} == "aiter-ext":
+    if kind == "aiter-ext":
         from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend as cls
     else:
         cls = aiter_backend.AiterAttnBackend
@@ -79,7 +81,7 @@ with setup.scope:
         "qo_indptr_unified_decode" if hasattr(b, "qo_indptr_unified_decode") else "qo_indptr"
     )
     if not out["unified"]:
-        print("RESULT " + json.dumps(out)); raise SystemExit
+        return out
     b.init_cuda_graph_state(setup.max_bs, setup.max_bs)
     layer = make_layer(b)
     gen = torch.Generator().manual_seed(1)
@@ -126,27 +128,36 @@ with setup.scope:
         rows_req = [r for r, e in zip(ereqs, extend) for _ in range(e)]
         visible = [p + i + 1 for p, e in zip(prefix, extend) for i in range(e)]
         out["extend"] = check(probe.calls[-1], eq, rows_req, visible)
-    print("RESULT " + json.dumps(out))
+    return out
+
+
+with setup.scope:
+    print("RESULT " + json.dumps({kind: run(kind) for kind in ("aiter-ext", "upstream")}))
 """
 
 
-def _run(kind: str) -> Any:
-    result = run_python(SCRIPT.format(kind=kind), env={"TRITON_INTERPRET": "1"})
+@pytest.fixture(scope="module")
+def runs() -> Any:
+    """Both backends in one interpreter (``TRITON_INTERPRET`` must be set before Triton loads)."""
+    result = run_python(SCRIPT, env={"TRITON_INTERPRET": "1"})
     assert result.returncode == 0, result.stderr[-4000:]
-    data = result.data
-    if not data["unified"]:
+    return result.data
+
+
+def _data(runs: Any, kind: str) -> Any:
+    if not runs[kind]["unified"]:
         pytest.skip("this sglang release has no unified-attention path in its aiter backend")
-    return data
+    return runs[kind]
 
 
 @pytest.fixture(scope="module")
-def aiter_ext() -> Any:
-    return _run("aiter-ext")
+def aiter_ext(runs: Any) -> Any:
+    return _data(runs, "aiter-ext")
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Any:
-    return _run("upstream")
+def upstream(runs: Any) -> Any:
+    return _data(runs, "upstream")
 
 
 @pytest.mark.slow

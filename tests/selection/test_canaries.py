@@ -53,8 +53,8 @@ def pinned(sglang_version: object) -> list[str]:
             f"no pinned aiter audit for sglang {sglang_version}: run "
             f"`python tools/audit_aiter_literals.py {_package_dir()} --write`, review every new "
             "or changed line (a new \"aiter\" test is covered by the fold; a new construction "
-            "site needs a row in sglang_aiter_plugin/selection/sites.py and a wrapper "
-            "in factories.py), then commit it"
+            "site needs a row (and its wrapper) in sglang_aiter_plugin/selection/sites.py"
+            "), then commit it"
         )
     return path.read_text(encoding="utf-8").splitlines()
 

@@ -1,12 +1,16 @@
-"""Each built-in fix carries a ledger: what it patches, why, how, upstream, when to remove it."""
+"""Each built-in fix carries a ledger: what it patches, why, how, upstream, when to remove it; so
+does the backend, for the upstream defects it covers (with tripwires that run "remove when")."""
 
 from __future__ import annotations
 
 import importlib
 import re
 from importlib.metadata import EntryPoint
+from pathlib import Path
+from typing import Any
 
 import pytest
+from packaging.version import Version
 
 from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 
@@ -66,3 +70,72 @@ def test_the_release_specific_fold_point_exists_and_is_in_the_table() -> None:
     point = fold_point(ServerArgs)
     assert callable(getattr(ServerArgs, point))
     assert f"ServerArgs.{point}" in {t.qualname for t in TARGETS}
+
+
+# ---------------------------------------------------------------- the backend's ledger
+
+
+def _defects() -> Any:
+    from sglang_aiter_plugin.backend import DEFECTS
+
+    return DEFECTS
+
+
+@pytest.mark.usefixtures("plugins_loaded")
+def test_the_backend_ledger_names_each_defect_once_with_releases_upstream_and_remove_when() -> None:
+    from sglang_aiter_plugin import _releases
+
+    defects = _defects()
+    assert len({d.name for d in defects}) == len(defects)
+    tested = [Version(v) for v in _releases.TESTED]
+    for d in defects:
+        assert all((d.symptom, d.upstream, d.remove_when)), d
+        first, _, last = d.releases.partition("-")
+        assert Version(first) in tested, d
+        if d.fixed_in is None:
+            assert last == "", f"{d.name}: no fix upstream, so every release so far is affected"
+            continue
+        # the range ends on the tested release just before the one that fixes it
+        assert Version(last) == max(v for v in tested if v < Version(d.fixed_in)), d
+
+
+@pytest.mark.usefixtures("plugins_loaded")
+def test_a_defect_every_supported_release_has_fixed_is_retired() -> None:
+    """Remove when, made executable: once the oldest supported release has upstream's fix, the
+    plugin's fix for it (and its ledger row) must go."""
+    from sglang_aiter_plugin import _releases
+
+    retired = [f"{d.name}: {d.remove_when}" for d in _defects()
+               if d.fixed_in is not None
+               and Version(_releases.OLDEST_SUPPORTED) >= Version(d.fixed_in)]
+    assert retired == []
+
+
+def _affected(name: str, release: Version) -> bool:
+    (d,) = [d for d in _defects() if d.name == name]
+    first, _, last = d.releases.partition("-")
+    return Version(first) <= release and (not last or release <= Version(last))
+
+
+@pytest.mark.usefixtures("plugins_loaded")
+@pytest.mark.parametrize(("page", "unified", "defect"), [
+    (16, "0", "kv-indices-per-page"),
+    (1, "1", "unified-page-table"),
+])
+def test_each_fix_acts_exactly_on_the_releases_its_ledger_row_names(
+    page: int, unified: str, defect: str, model_dir: Path, sglang_version: Version,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tripwire: on the installed release the fix acts iff the ledger says upstream is wrong
+    (its width and layout measured at graph set-up, not assumed from the version)."""
+    from testkit.sglang_setup import SCENARIOS, configure
+
+    monkeypatch.setenv("SGLANG_USE_AITER_UNIFIED_ATTN", unified)
+    setup = configure(model_dir, SCENARIOS["two-batch-overlap"], ("--page-size", str(page)))
+    with setup.scope:
+        from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend
+
+        backend = AiterExtAttnBackend(setup.runner)
+        backend.init_cuda_graph_state(setup.max_bs, setup.max_bs)
+    assert (defect in backend.fixed_defects) == _affected(defect, sglang_version), (
+        backend.fixed_defects)

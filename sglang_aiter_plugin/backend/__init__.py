@@ -1,5 +1,6 @@
 """The ``aiter-ext`` backend: its classes (:mod:`.classes`), their buffer pool (:mod:`.pool`),
-the batch rows it must hold (:mod:`.capacity`), and here whether aiter can run at all.
+how much its buffers must hold (:mod:`.capacity`), and here the ledger of the upstream defects it
+covers (:data:`DEFECTS`) and whether aiter can run at all.
 
 Whether the ROCm ``aiter`` package can run here is asked at two moments:
 
@@ -17,15 +18,70 @@ import functools
 import importlib
 import importlib.util
 import sys
+from typing import NamedTuple
 
 from sglang_aiter_plugin._errors import AiterExtError
 
-__all__ = ["AiterUnavailableError", "aiter_problem", "host_problem", "require_aiter",
-           "require_rocm_host"]
+__all__ = ["DEFECTS", "AiterUnavailableError", "UpstreamDefect", "aiter_problem", "host_problem",
+           "require_aiter", "require_rocm_host"]
 
 WAY_OUT = (
     "Use sglang's ROCm image (it ships aiter) on an MI300/MI355-class GPU, or choose another "
     "attention backend (e.g. {flag} triton)."
+)
+
+
+class UpstreamDefect(NamedTuple):
+    """One defect of upstream's AITER backend that ``aiter-ext`` covers: ``releases`` as
+    ``first-last`` (``last`` empty: every release so far); ``fixed_in``: the first release where
+    upstream is right (``None``: none yet). ``tests/test_ledger.py`` makes "remove when" run."""
+
+    name: str
+    symptom: str
+    releases: str
+    upstream: str
+    remove_when: str
+    fixed_in: str | None = None
+
+
+#: The backend's ledger (the fold's is ``sglang_aiter_plugin.selection.fix``); the fixes that
+#: record what they did on an instance name themselves by these names (``fixed_defects``).
+DEFECTS: tuple[UpstreamDefect, ...] = (
+    UpstreamDefect(
+        "rows", "kv_last_page_len, workspace_buffer and qo_indptr_unified_decode stay sized for "
+        "the request pool P while CUDA graphs are captured (and MLP-sync pads eager batches) "
+        "above it: shape errors, or kernels reading past them", "0.5.11-",
+        "sglang#22598 regrows only the indptrs (sglang#20978 padded the graphs)",
+        "upstream sizes every per-batch buffer by the largest batch it sends"),
+    UpstreamDefect(
+        "draft-kv-indptr", "the EAGLE draft wrapper's shared kv_indptr is never grown: at a padded "
+        "draft batch each step's last entry lands in the next step's first", "0.5.11-", "none",
+        "upstream grows the draft wrapper's kv_indptr with its graphs"),
+    UpstreamDefect(
+        "prefill-updater", "every prefill after graph set-up gets an all-zero cu_seqlens_q: the "
+        "prefill updater keeps the qo_indptr upstream replaced", "0.5.11-0.5.22",
+        "no PR found: 0.5.23's extend path reads the updater's own buffer",
+        "the oldest supported release is 0.5.23", fixed_in="0.5.23"),
+    UpstreamDefect(
+        "kv-indices-per-page", "cuda_graph_kv_indices holds one entry per page while decode "
+        "(ragged, MLA), target-verify and draft-extend replay write one per token: at page size "
+        "> 1 a long batch writes past it (HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION at a later "
+        "torch.cat)", "0.5.11-0.5.12.post1", "sglang#24587", "the oldest supported release is "
+        "0.5.13", fixed_in="0.5.13"),
+    UpstreamDefect(
+        "verify-draft-slack", "MLA target-verify writes seq_len + num_draft_tokens entries per row "
+        "of cuda_graph_kv_indices, which has no room for the draft tokens", "0.5.11-0.5.12.post1",
+        "sglang#24587", "the oldest supported release is 0.5.13", fixed_in="0.5.13"),
+    UpstreamDefect(
+        "eager-warm-up-ceiling", "with DP attention the eager warm-up (dummy) batch is padded to "
+        "the attention-TP size, above the pool and the graph maximum (attention-TP 8, pool 100: "
+        "104 rows)", "0.5.11-", "sglang#40668", "upstream sizes the backend for the padded "
+        "eager batch"),
+    UpstreamDefect(
+        "unified-page-table", "unified decode at page size 1 without a sliding window: graph "
+        "replay never copies the page indices into the page table the captured kernel reads "
+        "(zeros), so it attends to the wrong KV slots, silently", "0.5.11-", "none",
+        "upstream's graph metadata fills the table on that branch"),
 )
 
 

@@ -3,9 +3,11 @@ their per-batch buffers in one :class:`~.pool.BufferPool` each (imports sglang's
 
 At construction each finds its per-batch buffers (:func:`discover`), pools them at the largest
 batch sglang can send on any path (:mod:`.capacity`) and binds every holder to the pool. Their
-CUDA-graph set-up is :class:`PooledGraphState`. Per step nothing is added: metadata and forward
-methods are upstream's own, unless ``SGLANG_AITER_EXT_BOUNDS_CHECK=1`` asked for the batch-size
-check (:func:`install_bounds_check`).
+CUDA-graph set-up is :class:`PooledGraphState`: rows and widths are right before the first
+capture. Per step nothing is added where upstream is right: metadata and forward methods are
+upstream's own, except where upstream's graph metadata leaves a buffer wrong (the ``DEFECTS`` of
+:mod:`sglang_aiter_plugin.backend`),
+and where ``SGLANG_AITER_EXT_BOUNDS_CHECK=1`` asked for the check (:func:`install_bounds_check`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -21,14 +24,16 @@ from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend, AiterMul
 
 from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._rebind import rebound
+from sglang_aiter_plugin._sglang import installed_sglang_version
 from sglang_aiter_plugin._switches import bounds_check_requested
-from sglang_aiter_plugin.backend.capacity import batch_capacity
+from sglang_aiter_plugin.backend.capacity import batch_capacity, kv_indices_entries
 from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill
 
 __all__ = ["FROZEN_REASON", "METADATA_METHODS", "NOT_PER_BATCH", "PREFILL_UPDATERS",
            "AiterExtAttnBackend", "AiterExtMultiStepDraftBackend", "BatchTooLargeError",
-           "PooledGraphState", "UnknownBatchBufferError", "discover", "install_bounds_check",
-           "is_checked", "workspace_bytes_per_row"]
+           "PooledGraphState", "UnknownBatchBufferError", "UnknownGraphLayoutError",
+           "discover", "install_bounds_check", "is_checked",
+           "workspace_bytes_per_row"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +70,7 @@ _WORKSPACE = "workspace_buffer"  # ragged paged decode only; sized per row in by
 NOT_PER_BATCH = frozenset({"req_to_token", "q_scale", "k_scale", "v_scale"})
 
 _CHECKED = "__aiter_ext_bounds_checked__"
+_FILLS_PAGE_TABLE = "__aiter_ext_fills_page_table__"
 
 
 class UnknownBatchBufferError(AiterExtError, RuntimeError):
@@ -72,7 +78,12 @@ class UnknownBatchBufferError(AiterExtError, RuntimeError):
 
 
 class BatchTooLargeError(AiterExtError, ValueError):
-    """A CUDA-graph metadata call asked for more batch rows than the frozen pool holds."""
+    """A CUDA-graph metadata call asked for more than the buffers captured for it hold."""
+
+
+class UnknownGraphLayoutError(AiterExtError, RuntimeError):
+    """Upstream's ``init_cuda_graph_state`` sized a graph buffer in a layout the plugin does not
+    know."""
 
 
 def workspace_bytes_per_row(backend: Any) -> int:
@@ -119,58 +130,134 @@ def discover(
     return specs
 
 
+def _batch_reader(method: Callable[..., Any], name: str, why: str) -> Callable[..., Any]:
+    """``read(args, kw)``: the batch a graph metadata call describes (``batch_size``,
+    ``seq_lens``, ``seq_lens_sum``, ...), from its ``bs, ...`` arguments (``bs`` wins) or its
+    ``forward_batch`` (0.5.18+)."""
+    params = list(inspect.signature(method).parameters)
+    if "bs" not in params and "forward_batch" not in params:
+        raise RuntimeError(
+            f"{name}{inspect.signature(method)} takes neither 'bs' nor 'forward_batch'; this "
+            f"sglang changed its metadata interface, so {why}"
+        )
+    fields = ("req_pool_indices", "seq_lens", "seq_lens_sum", "seq_lens_cpu", "forward_mode",
+              "spec_info")
+
+    def read(args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+        given = {**dict(zip(params, args, strict=False)), **kw}
+        batch: Any = given.get("forward_batch")
+        size = given["bs"] if "bs" in given else batch.batch_size
+        return SimpleNamespace(batch_size=size, **{
+            f: given[f] if f in given else getattr(batch, f, None) for f in fields})
+
+    return read
+
+
+def _shadow(backend: Any, wrap: Callable[[Callable[..., Any], str], Callable[..., Any]]) -> None:
+    """Give ``backend`` (this instance only) ``wrap(method, name)`` for each graph metadata
+    method it has; the class and every other instance keep upstream's."""
+    for name in METADATA_METHODS:
+        method = getattr(backend, name, None)
+        if method is not None:
+            setattr(backend, name, wrap(method, name))
+
+
 def is_checked(method: Any) -> bool:
     """Whether ``method`` is a wrapper made by :func:`install_bounds_check`."""
     return bool(getattr(method, _CHECKED, False))
 
 
-def install_bounds_check(backend: Any, capacity: int) -> list[str]:
-    """Shadow ``backend``'s metadata methods (an instance's own attributes) with a check that
-    raises :class:`BatchTooLargeError` above ``capacity`` rows before upstream's code runs.
-
-    Returns the names checked; idempotent. ``RuntimeError`` when a method takes neither ``bs``
-    nor ``forward_batch`` (a changed sglang: the check could not see the size).
-    """
+def install_bounds_check(backend: Any, capacity: int, extra_per_row: int = 0) -> list[str]:
+    """Shadow ``backend``'s graph metadata methods with a check that raises
+    :class:`BatchTooLargeError` before upstream's code runs when a call has more rows than
+    ``capacity``, or needs more entries (``seq_lens_sum`` x ``topk`` + ``extra_per_row`` per row:
+    the draft tokens, or the draft steps) than a row of ``cuda_graph_kv_indices`` holds. Returns
+    the names checked; idempotent."""
     owner = type(backend).__name__
-    checked = []
-    for name in METADATA_METHODS:
-        method = getattr(backend, name, None)
-        if method is None:
-            continue
-        if not is_checked(method):
-            setattr(backend, name, _checked(method, name, owner, capacity))
-        checked.append(name)
-    return checked
+
+    def wrap(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+        if is_checked(method):
+            return method
+        read = _batch_reader(method, name, "SGLANG_AITER_EXT_BOUNDS_CHECK=1 cannot check it. "
+                             "Unset the variable (or report the sglang release to "
+                             "sglang-aiter-plugin).")
+
+        @functools.wraps(method)
+        def checked(*args: Any, **kw: Any) -> Any:
+            _check(backend, f"{owner}.{name}", read(args, kw), capacity, extra_per_row)
+            return method(*args, **kw)
+
+        setattr(checked, _CHECKED, True)
+        return checked
+
+    _shadow(backend, wrap)
+    return [n for n in METADATA_METHODS if is_checked(getattr(backend, n, None))]
 
 
-def _checked(
-    method: Callable[..., Any], name: str, owner: str, capacity: int
-) -> Callable[..., Any]:
-    params = list(inspect.signature(method).parameters)
-    key = next((k for k in ("bs", "forward_batch") if k in params), None)
-    if key is None:
-        raise RuntimeError(
-            f"{name}{inspect.signature(method)} takes neither 'bs' nor 'forward_batch'; this "
-            "sglang changed its metadata interface, so SGLANG_AITER_EXT_BOUNDS_CHECK=1 cannot "
-            "check it. Unset the variable (or report the sglang release to sglang-aiter-plugin)."
+def _check(backend: Any, where: str, batch: Any, capacity: int, extra: int) -> None:
+    bs = int(batch.batch_size)
+    if bs > capacity:
+        raise BatchTooLargeError(
+            f"{where}: a batch of {bs} rows, but CUDA graphs were captured for at most "
+            f"{capacity} (the per-batch buffers hold {capacity} rows); nothing was written. "
+            "sglang's graph runner runs larger batches eagerly; whatever called this must do "
+            f"the same, or capture graphs up to {bs} (--cuda-graph-max-bs)."
         )
-    pos, of_batch = params.index(key), key == "forward_batch"
+    indices = getattr(backend, "cuda_graph_kv_indices", None)
+    if indices is None or batch.seq_lens is None:
+        return
+    total = batch.seq_lens_sum
+    if total is None:
+        total = int(batch.seq_lens[:bs].sum())
+    topk = int(getattr(backend, "topk", 1) or 1)
+    need, room = int(total) * topk + bs * extra, int(indices.shape[-1])
+    if need > room:
+        raise BatchTooLargeError(
+            f"{where}: a batch whose seq_lens_sum is {total} (x topk {topk}, + {extra} per row) "
+            f"needs {need} entries of cuda_graph_kv_indices, which holds {room} per row; "
+            "nothing was written. A longer batch than the graphs were set up for reached the "
+            "graph metadata: run it eagerly, or report the caller to sglang-aiter-plugin."
+        )
 
-    @functools.wraps(method)
-    def checked(*args: Any, **kw: Any) -> Any:
-        given = args[pos] if len(args) > pos else kw[key]
-        bs = given.batch_size if of_batch else given
-        if bs > capacity:
-            raise BatchTooLargeError(
-                f"{owner}.{name}: a batch of {bs} rows, but CUDA graphs were captured for at most "
-                f"{capacity} (the per-batch buffers hold {capacity} rows); nothing was written. "
-                "sglang's graph runner runs larger batches eagerly; whatever called this must do "
-                f"the same, or capture graphs up to {bs} (--cuda-graph-max-bs)."
-            )
-        return method(*args, **kw)
 
-    setattr(checked, _CHECKED, True)
-    return checked
+def _page_table(backend: Any) -> Any:
+    """The page table the unified decode graph reads: its own buffer (0.5.13+) or a view of
+    ``cuda_graph_kv_indices`` (0.5.11-0.5.12.post1)."""
+    table = getattr(backend, "cuda_graph_page_table", None)
+    if table is not None:
+        return table
+    blocks = -(-int(backend.max_context_len) // int(backend.page_size))
+    return backend.cuda_graph_kv_indices.view(-1, blocks)
+
+
+def _install_page_table_fill(backend: Any) -> None:
+    """Unified decode, page size 1, no sliding window (the ``unified-page-table`` defect): after
+    upstream's graph metadata for a decode batch, copy each row's page indices (its
+    ``req_to_token`` row) into the page table, as eager decode builds it."""
+
+    def wrap(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+        if getattr(method, _FILLS_PAGE_TABLE, False):
+            return method
+        read = _batch_reader(method, name, "aiter-ext cannot fill the unified page table its "
+                             "graphs read. Use --attention-backend aiter with --page-size > 1 "
+                             "(or report the sglang release to sglang-aiter-plugin).")
+
+        @functools.wraps(method)
+        def filled(*args: Any, **kw: Any) -> Any:
+            result = method(*args, **kw)
+            batch = read(args, kw)
+            if batch.spec_info is None and batch.forward_mode.is_decode_or_idle():
+                bs = int(batch.batch_size)
+                lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens
+                width = int(lens[:bs].max()) if bs else 0
+                rows = backend.req_to_token[batch.req_pool_indices[:bs], :width]
+                _page_table(backend)[:bs, :width].copy_(rows)
+            return result
+
+        setattr(filled, _FILLS_PAGE_TABLE, True)
+        return filled
+
+    _shadow(backend, wrap)
 
 
 def _tell_observers(pool: BufferPool, owner: Any, old: int, reason: str) -> None:
@@ -194,12 +281,20 @@ class PooledGraphState:
     calls once before capturing any graph, in this order: read ``SGLANG_AITER_EXT_BOUNDS_CHECK``
     (a bad value fails before anything changes); grow the pool to ``max_bs`` rows (upstream's own
     partial regrowth then finds nothing to do) and tell the observers; run upstream's set-up;
-    verify it left every binding on the pool; freeze the pool; install the bounds check."""
+    right what it leaves wrong beyond the rows (:meth:`_after_upstream`); verify every binding
+    is on the pool; freeze the pool; install the bounds check."""
 
     buffer_pool: BufferPool
 
     def _before_upstream(self, max_bs: int) -> None:
         """Checks that must hold before upstream's set-up runs (none by default)."""
+
+    def _after_upstream(self, max_bs: int, lent: bool) -> None:
+        """What upstream's set-up leaves wrong beyond the rows (nothing by default)."""
+
+    def _extra_per_row(self) -> int:
+        """Entries a graph replay writes per row beyond ``seq_len * topk`` (the bounds check)."""
+        return int(getattr(self, "num_draft_tokens", None) or 0)
 
     def init_cuda_graph_state(
         self, max_bs: int, max_num_tokens: int, *args: Any, **kw: Any
@@ -213,6 +308,7 @@ class PooledGraphState:
             _tell_observers(pool, self, old, reason)
         self._before_upstream(max_bs)
         super().init_cuda_graph_state(max_bs, max_num_tokens, *args, **kw)  # type: ignore[misc]
+        self._after_upstream(max_bs, lent=bool(args) or kw.get("kv_indices_buf") is not None)
         stale = pool.stale_bindings()
         if stale:
             raise RuntimeError(
@@ -222,11 +318,15 @@ class PooledGraphState:
             )
         pool.freeze(FROZEN_REASON)
         if check:
-            install_bounds_check(self, pool.capacity)
+            install_bounds_check(self, pool.capacity, self._extra_per_row())
 
 
 class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[misc]
     """sglang's AITER backend whose per-batch buffers grow, together, to the captured batch."""
+
+    cuda_graph_kv_indices: torch.Tensor
+    fixed_defects: tuple[str, ...] = ()
+    """Names in the backend's ``DEFECTS`` that graph set-up found and fixed on this instance."""
 
     def __init__(
         self,
@@ -256,6 +356,39 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
                 "grow it before its children's init_cuda_graph_state"
             )
 
+    def _after_upstream(self, max_bs: int, lent: bool) -> None:
+        """Widen ``cuda_graph_kv_indices`` to one entry per token plus the draft tokens of a row
+        (``kv-indices-per-page``, ``verify-draft-slack``; a lent buffer is its owner's), and fill
+        the unified page table at page size 1 (``unified-page-table``)."""
+        need = kv_indices_entries(self, max_bs)
+        have = int(self.cuda_graph_kv_indices.numel())
+        if not lent and have < need:
+            blocks = -(-int(self.max_context_len) // int(self.page_size))
+            per_page = max_bs * blocks
+            if have != per_page:
+                raise UnknownGraphLayoutError(
+                    f"sglang {installed_sglang_version()}: AiterAttnBackend.init_cuda_graph_state "
+                    f"allocated cuda_graph_kv_indices with {have} entries for max_bs={max_bs}, "
+                    f"fewer than the {need} its graph replays write, in a layout "
+                    f"sglang-aiter-plugin does not know (it knows {per_page}, one per page, "
+                    "0.5.11-0.5.12.post1). Use --attention-backend aiter, or a "
+                    "sglang-aiter-plugin release that supports this sglang."
+                )
+            # a whole number of pages per row: 0.5.11-0.5.12.post1 view it as the page table
+            self.cuda_graph_kv_indices = torch.zeros(-(-need // blocks) * blocks,
+                                                     dtype=torch.int32, device=self.device)
+            self._fixed("kv-indices-per-page", int(self.page_size) > 1)
+            self._fixed("verify-draft-slack", need > max_bs * blocks * int(self.page_size))
+        if (not lent and int(self.page_size) == 1
+                and getattr(self, "decode_uses_page_table", self.use_triton_unified_attention)
+                and not self.use_sliding_window_kv_pool and not self.use_mla):
+            _install_page_table_fill(self)
+            self._fixed("unified-page-table", True)
+
+    def _fixed(self, defect: str, really: bool) -> None:
+        if really and defect not in self.fixed_defects:
+            self.fixed_defects += (defect,)
+
 
 class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend):  # type: ignore[misc]
     """sglang's EAGLE draft wrapper with its shared ``kv_indptr`` pooled and pooled children.
@@ -283,3 +416,6 @@ class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend
         self.buffer_pool.bind(self, "kv_indptr", "kv_indptr")
         for step, child in enumerate(self.attn_backends):
             self.buffer_pool.bind(child, "kv_indptr", "kv_indptr", row=step)
+
+    def _extra_per_row(self) -> int:
+        return int(self.speculative_num_steps)  # each step appends one token per sequence

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 
 from sglang_aiter_plugin._switches import SwitchValueError
 from sglang_aiter_plugin.backend.classes import (
@@ -30,7 +31,7 @@ class Holder:
         self.calls: list[tuple[str, int]] = []
 
     def init_forward_metadata_capture_cuda_graph(
-        self, bs: int, num_tokens: int, req_pool_indices: Any = None
+        self, bs: int, num_tokens: int, req_pool_indices: Any = None, seq_lens: Any = None
     ) -> str:
         self.calls.append(("capture", bs))
         return "captured"
@@ -79,6 +80,27 @@ def test_a_batch_above_capacity_is_refused_before_the_method_runs(
     assert "at most 8" in text
     assert "nothing was written" in text
     assert "--cuda-graph-max-bs" in text
+
+
+def test_a_batch_longer_than_the_indices_buffer_is_refused_before_the_method_runs() -> None:
+    h = Holder()
+    h.cuda_graph_kv_indices, h.topk = torch.zeros(100, dtype=torch.int32), 2  # type: ignore[attr-defined]
+    install_bounds_check(h, 8, extra_per_row=4)
+    lens = torch.full((8,), 4)
+    fits = SimpleNamespace(batch_size=8, seq_lens=lens, seq_lens_sum=34)  # 34 x 2 + 8 x 4 = 100
+    assert h.init_forward_metadata_out_graph(fits) == "out"
+    longer = SimpleNamespace(batch_size=8, seq_lens=lens, seq_lens_sum=35)  # 102
+    with pytest.raises(BatchTooLargeError) as info:
+        h.init_forward_metadata_out_graph(longer)
+    assert h.calls == [("out_graph", 8)]
+    text = str(info.value)
+    assert "Holder.init_forward_metadata_out_graph" in text
+    assert "seq_lens_sum is 35 (x topk 2, + 4 per row)" in text
+    assert "needs 102 entries of cuda_graph_kv_indices, which holds 100" in text
+    assert "nothing was written" in text
+    # a call without seq_lens_sum (capture, 0.5.11-0.5.17) is summed from its seq_lens
+    with pytest.raises(BatchTooLargeError, match="seq_lens_sum is 104"):
+        h.init_forward_metadata_capture_cuda_graph(8, 8, seq_lens=torch.full((8,), 13))
 
 
 def test_installing_twice_wraps_once() -> None:

@@ -183,3 +183,28 @@ def test_a_graph_batch_below_one_row_is_refused_before_upstream_runs(
         assert backend.kv_indptr is before
         assert not backend.buffer_pool.frozen
         assert getattr(backend, "cuda_graph_kv_indices", None) is None  # upstream never ran
+
+
+@pytest.mark.parametrize("sglang_setup", ["two-batch-overlap"], indirect=True)
+def test_a_kv_indices_layout_the_plugin_does_not_know_stops_graph_set_up_by_name(
+    sglang_setup: Setup, monkeypatch: pytest.MonkeyPatch, sglang_version: Any
+) -> None:
+    from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
+
+    from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend, UnknownGraphLayoutError
+
+    upstream = AiterAttnBackend.init_cuda_graph_state
+
+    def other_layout(self: Any, max_bs: int, *args: Any, **kw: Any) -> None:
+        upstream(self, max_bs, *args, **kw)
+        self.cuda_graph_kv_indices = torch.zeros(5, dtype=torch.int32)  # neither known layout
+
+    monkeypatch.setattr(AiterAttnBackend, "init_cuda_graph_state", other_layout)
+    backend = AiterExtAttnBackend(sglang_setup.runner)
+    with pytest.raises(UnknownGraphLayoutError) as info:
+        backend.init_cuda_graph_state(sglang_setup.max_bs, sglang_setup.max_bs)
+    text = str(info.value)
+    assert f"sglang {sglang_version}" in text
+    assert "cuda_graph_kv_indices with 5 entries" in text
+    assert "--attention-backend aiter" in text
+    assert not backend.buffer_pool.frozen  # no graph is captured against it

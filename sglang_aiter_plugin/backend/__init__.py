@@ -73,6 +73,16 @@ DEFECTS: tuple[UpstreamDefect, ...] = (
         "of cuda_graph_kv_indices, which has no room for the draft tokens", "0.5.11-0.5.12.post1",
         "sglang#24587", "the oldest supported release is 0.5.13", fixed_in="0.5.13"),
     UpstreamDefect(
+        "verify-custom-mask", "target-verify replay copies num_draft_tokens x (seq_len + "
+        "num_draft_tokens) mask entries per request into cuda_graph_custom_mask, sized "
+        "max_num_tokens x context: a request near the context length writes past it", "0.5.11-",
+        "none", "upstream sizes the custom mask for the draft tokens"),
+    UpstreamDefect(
+        "draft-kv-indices-steps", "each EAGLE draft step appends one token per sequence, but each "
+        "step's row of the draft wrapper's cuda_graph_kv_indices holds max_bs x topk x context: "
+        "sequences near the context length write past the row", "0.5.11-", "none",
+        "upstream sizes the draft rows for the steps"),
+    UpstreamDefect(
         "eager-warm-up-ceiling", "with DP attention the eager warm-up (dummy) batch is padded to "
         "the attention-TP size, above the pool and the graph maximum (attention-TP 8, pool 100: "
         "104 rows)", "0.5.11-", "sglang#40668", "upstream sizes the backend for the padded "

@@ -276,6 +276,33 @@ def _tell_observers(pool: BufferPool, owner: Any, old: int, reason: str) -> None
                          "the pool itself grew and re-pointed its holders")
 
 
+def _upstream_class(owner: Any) -> str:
+    return next(c.__name__ for c in type(owner).__mro__ if c.__module__.startswith("sglang."))
+
+
+def _widen(owner: Any, name: str, need: int, known: dict[int, str], multiple_of: int = 1,
+           leading: tuple[int, ...] = ()) -> bool:
+    """Give ``owner.name`` (zeros, before any capture) ``need`` entries per leading row where
+    upstream's set-up left fewer in a layout it is known to use; return whether it did. Fewer in
+    a layout not in ``known`` (entries -> which releases) stops graph set-up by name."""
+    buffer: torch.Tensor = getattr(owner, name)
+    have = int(buffer.shape[-1]) if leading else int(buffer.numel())
+    if have >= need:
+        return False
+    if have not in known:
+        layouts = "; ".join(f"{n} ({where})" for n, where in known.items())
+        raise UnknownGraphLayoutError(
+            f"sglang {installed_sglang_version()}: {_upstream_class(owner)}."
+            f"init_cuda_graph_state allocated {name} with {have} entries, fewer than the {need} "
+            f"its graph replays write, in a layout sglang-aiter-plugin does not know (it knows "
+            f"{layouts}). Use --attention-backend aiter, or a sglang-aiter-plugin release that "
+            "supports this sglang."
+        )
+    size = -(-need // multiple_of) * multiple_of
+    setattr(owner, name, torch.zeros((*leading, size), dtype=buffer.dtype, device=buffer.device))
+    return True
+
+
 class PooledGraphState:
     """Mixin placed before sglang's backend class: its ``init_cuda_graph_state``, which sglang
     calls once before capturing any graph, in this order: read ``SGLANG_AITER_EXT_BOUNDS_CHECK``
@@ -289,7 +316,7 @@ class PooledGraphState:
     def _before_upstream(self, max_bs: int) -> None:
         """Checks that must hold before upstream's set-up runs (none by default)."""
 
-    def _after_upstream(self, max_bs: int, lent: bool) -> None:
+    def _after_upstream(self, max_bs: int, max_num_tokens: int, lent: bool) -> None:
         """What upstream's set-up leaves wrong beyond the rows (nothing by default)."""
 
     def _extra_per_row(self) -> int:
@@ -308,7 +335,8 @@ class PooledGraphState:
             _tell_observers(pool, self, old, reason)
         self._before_upstream(max_bs)
         super().init_cuda_graph_state(max_bs, max_num_tokens, *args, **kw)  # type: ignore[misc]
-        self._after_upstream(max_bs, lent=bool(args) or kw.get("kv_indices_buf") is not None)
+        lent = bool(args) or kw.get("kv_indices_buf") is not None
+        self._after_upstream(max_bs, max_num_tokens, lent)
         stale = pool.stale_bindings()
         if stale:
             raise RuntimeError(
@@ -356,30 +384,25 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
                 "grow it before its children's init_cuda_graph_state"
             )
 
-    def _after_upstream(self, max_bs: int, lent: bool) -> None:
+    def _after_upstream(self, max_bs: int, max_num_tokens: int, lent: bool) -> None:
         """Widen ``cuda_graph_kv_indices`` to one entry per token plus the draft tokens of a row
-        (``kv-indices-per-page``, ``verify-draft-slack``; a lent buffer is its owner's), and fill
-        the unified page table at page size 1 (``unified-page-table``)."""
+        (``kv-indices-per-page``, ``verify-draft-slack``; a lent buffer is its owner's) and
+        ``cuda_graph_custom_mask`` to the draft tokens' mask rows (``verify-custom-mask``), and
+        fill the unified page table at page size 1 (``unified-page-table``)."""
+        context, page = int(self.max_context_len), int(self.page_size)
+        blocks, drafts = -(-context // page), int(getattr(self, "num_draft_tokens", None) or 0)
         need = kv_indices_entries(self, max_bs)
-        have = int(self.cuda_graph_kv_indices.numel())
-        if not lent and have < need:
-            blocks = -(-int(self.max_context_len) // int(self.page_size))
-            per_page = max_bs * blocks
-            if have != per_page:
-                raise UnknownGraphLayoutError(
-                    f"sglang {installed_sglang_version()}: AiterAttnBackend.init_cuda_graph_state "
-                    f"allocated cuda_graph_kv_indices with {have} entries for max_bs={max_bs}, "
-                    f"fewer than the {need} its graph replays write, in a layout "
-                    f"sglang-aiter-plugin does not know (it knows {per_page}, one per page, "
-                    "0.5.11-0.5.12.post1). Use --attention-backend aiter, or a "
-                    "sglang-aiter-plugin release that supports this sglang."
-                )
-            # a whole number of pages per row: 0.5.11-0.5.12.post1 view it as the page table
-            self.cuda_graph_kv_indices = torch.zeros(-(-need // blocks) * blocks,
-                                                     dtype=torch.int32, device=self.device)
-            self._fixed("kv-indices-per-page", int(self.page_size) > 1)
-            self._fixed("verify-draft-slack", need > max_bs * blocks * int(self.page_size))
-        if (not lent and int(self.page_size) == 1
+        if not lent and _widen(self, "cuda_graph_kv_indices", need, known={
+                max_bs * blocks: "one per page, 0.5.11-0.5.12.post1"}, multiple_of=blocks):
+            # whole pages per row: 0.5.11-0.5.12.post1 also view it as the unified page table
+            self._fixed("kv-indices-per-page", page > 1)
+            self._fixed("verify-draft-slack", need > max_bs * blocks * page)
+        mask = getattr(self, "cuda_graph_custom_mask", None)
+        if mask is not None and drafts and _widen(
+                self, "cuda_graph_custom_mask", max_num_tokens * (context + drafts),
+                known={max_num_tokens * context: "max_num_tokens x context, 0.5.11-"}):
+            self._fixed("verify-custom-mask", True)
+        if (not lent and page == 1
                 and getattr(self, "decode_uses_page_table", self.use_triton_unified_attention)
                 and not self.use_sliding_window_kv_pool and not self.use_mla):
             _install_page_table_fill(self)
@@ -397,6 +420,9 @@ class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend
     and never grows it (at a padded draft batch each row's last entry lands in the next row).
     Here growth re-points the wrapper and every child's row before the children grow their own.
     """
+
+    cuda_graph_kv_indices: torch.Tensor
+    fixed_defects: tuple[str, ...] = ()
 
     def __init__(self, model_runner: Any, topk: int, speculative_num_steps: int) -> None:
         # Upstream builds its per-step children through the module-global name AiterAttnBackend.
@@ -419,3 +445,16 @@ class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend
 
     def _extra_per_row(self) -> int:
         return int(self.speculative_num_steps)  # each step appends one token per sequence
+
+    def _after_upstream(self, max_bs: int, max_num_tokens: int, lent: bool) -> None:
+        """Widen each step's row of ``cuda_graph_kv_indices`` by the steps' appended tokens
+        (``draft-kv-indices-steps``) and hand every child its new row."""
+        topk, steps, context = int(self.topk), int(self.speculative_num_steps), int(
+            self.max_context_len)
+        if _widen(self, "cuda_graph_kv_indices", max_bs * topk * (context + steps), known={
+                max_bs * topk * context: "max_bs x topk x context, 0.5.13-",
+                max_num_tokens * context: "max_num_tokens x context, 0.5.11-0.5.12.post1"},
+                leading=(steps,)):
+            for step, child in enumerate(self.attn_backends):
+                child.cuda_graph_kv_indices = self.cuda_graph_kv_indices[step]
+            self.fixed_defects = ("draft-kv-indices-steps",)

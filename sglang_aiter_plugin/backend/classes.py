@@ -153,13 +153,34 @@ def _batch_reader(method: Callable[..., Any], name: str, why: str) -> Callable[.
     return read
 
 
-def _shadow(backend: Any, wrap: Callable[[Callable[..., Any], str], Callable[..., Any]]) -> None:
-    """Give ``backend`` (this instance only) ``wrap(method, name)`` for each graph metadata
-    method it has; the class and every other instance keep upstream's."""
+def _shadow(backend: Any, marker: str, why: str, *,
+            before: Callable[[str, Any], None] | None = None,
+            after: Callable[[Any], None] | None = None) -> None:
+    """Give ``backend`` (this instance only; the class and every other instance keep upstream's)
+    a wrapper of each graph metadata method it has, once per ``marker``: ``before(name, batch)``
+    runs ahead of upstream's method, ``after(batch)`` behind it."""
     for name in METADATA_METHODS:
         method = getattr(backend, name, None)
-        if method is not None:
-            setattr(backend, name, wrap(method, name))
+        if method is not None and not getattr(method, marker, False):
+            setattr(backend, name, _around(method, name, _batch_reader(method, name, why),
+                                           marker, before, after))
+
+
+def _around(method: Callable[..., Any], name: str, read: Callable[..., Any], marker: str,
+            before: Callable[[str, Any], None] | None,
+            after: Callable[[Any], None] | None) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def around(*args: Any, **kw: Any) -> Any:
+        batch = read(args, kw)
+        if before is not None:
+            before(name, batch)
+        result = method(*args, **kw)
+        if after is not None:
+            after(batch)
+        return result
+
+    setattr(around, marker, True)
+    return around
 
 
 def is_checked(method: Any) -> bool:
@@ -175,22 +196,11 @@ def install_bounds_check(backend: Any, capacity: int, extra_per_row: int = 0) ->
     the names checked; idempotent."""
     owner = type(backend).__name__
 
-    def wrap(method: Callable[..., Any], name: str) -> Callable[..., Any]:
-        if is_checked(method):
-            return method
-        read = _batch_reader(method, name, "SGLANG_AITER_EXT_BOUNDS_CHECK=1 cannot check it. "
-                             "Unset the variable (or report the sglang release to "
-                             "sglang-aiter-plugin).")
+    def check(name: str, batch: Any) -> None:
+        _check(backend, f"{owner}.{name}", batch, capacity, extra_per_row)
 
-        @functools.wraps(method)
-        def checked(*args: Any, **kw: Any) -> Any:
-            _check(backend, f"{owner}.{name}", read(args, kw), capacity, extra_per_row)
-            return method(*args, **kw)
-
-        setattr(checked, _CHECKED, True)
-        return checked
-
-    _shadow(backend, wrap)
+    _shadow(backend, _CHECKED, "SGLANG_AITER_EXT_BOUNDS_CHECK=1 cannot check it. Unset the "
+            "variable (or report the sglang release to sglang-aiter-plugin).", before=check)
     return [n for n in METADATA_METHODS if is_checked(getattr(backend, n, None))]
 
 
@@ -235,29 +245,18 @@ def _install_page_table_fill(backend: Any) -> None:
     upstream's graph metadata for a decode batch, copy each row's page indices (its
     ``req_to_token`` row) into the page table, as eager decode builds it."""
 
-    def wrap(method: Callable[..., Any], name: str) -> Callable[..., Any]:
-        if getattr(method, _FILLS_PAGE_TABLE, False):
-            return method
-        read = _batch_reader(method, name, "aiter-ext cannot fill the unified page table its "
-                             "graphs read. Use --attention-backend aiter with --page-size > 1 "
-                             "(or report the sglang release to sglang-aiter-plugin).")
+    def fill(batch: Any) -> None:
+        if batch.spec_info is not None or not batch.forward_mode.is_decode_or_idle():
+            return
+        bs = int(batch.batch_size)
+        lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens
+        width = int(lens[:bs].max()) if bs else 0
+        rows = backend.req_to_token[batch.req_pool_indices[:bs], :width]
+        _page_table(backend)[:bs, :width].copy_(rows)
 
-        @functools.wraps(method)
-        def filled(*args: Any, **kw: Any) -> Any:
-            result = method(*args, **kw)
-            batch = read(args, kw)
-            if batch.spec_info is None and batch.forward_mode.is_decode_or_idle():
-                bs = int(batch.batch_size)
-                lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens
-                width = int(lens[:bs].max()) if bs else 0
-                rows = backend.req_to_token[batch.req_pool_indices[:bs], :width]
-                _page_table(backend)[:bs, :width].copy_(rows)
-            return result
-
-        setattr(filled, _FILLS_PAGE_TABLE, True)
-        return filled
-
-    _shadow(backend, wrap)
+    _shadow(backend, _FILLS_PAGE_TABLE, "aiter-ext cannot fill the unified page table its graphs "
+            "read. Use --attention-backend aiter with --page-size > 1 (or report the sglang "
+            "release to sglang-aiter-plugin).", after=fill)
 
 
 def _tell_observers(pool: BufferPool, owner: Any, old: int, reason: str) -> None:
@@ -451,10 +450,12 @@ class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend
         (``draft-kv-indices-steps``) and hand every child its new row."""
         topk, steps, context = int(self.topk), int(self.speculative_num_steps), int(
             self.max_context_len)
+        page = int(self.attn_backends[0].page_size) if self.attn_backends else 1
+        blocks = -(-context // page)  # whole pages per row: children may view it as pages
         if _widen(self, "cuda_graph_kv_indices", max_bs * topk * (context + steps), known={
                 max_bs * topk * context: "max_bs x topk x context, 0.5.13-",
                 max_num_tokens * context: "max_num_tokens x context, 0.5.11-0.5.12.post1"},
-                leading=(steps,)):
+                multiple_of=blocks, leading=(steps,)):
             for step, child in enumerate(self.attn_backends):
                 child.cuda_graph_kv_indices = self.cuda_graph_kv_indices[step]
             self.fixed_defects = ("draft-kv-indices-steps",)

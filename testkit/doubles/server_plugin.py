@@ -13,7 +13,7 @@ What is installed is chosen by ``SGLANG_E2E_DOUBLES`` (comma-separated):
 * ``unified``: with ``aiter``, aiter's real Triton ``unified_attention`` behind it
   (:mod:`testkit.doubles.aiter_triton`, Triton's interpreter);
 * ``rocm-host``: the plugin's ROCm host check answers "a ROCm host with aiter"
-  (``sglang_aiter_plugin.backend._availability``'s two questions return no problem);
+  (``sglang_aiter_plugin.backend``'s two questions return no problem);
 * ``fill-value``: sglang's attention backends get ``get_cpu_graph_seq_len_fill_value`` (the
   backend's CUDA-graph fill value, else 1 as sglang's AMX backend answers), which DP
   attention's padding calls on CPU (0.5.23) and only sglang's AMX backends define.
@@ -56,7 +56,7 @@ class _Recorder(logging.Handler):
 
 
 def _rocm_host() -> None:
-    from sglang_aiter_plugin.backend import _availability
+    import sglang_aiter_plugin.backend as _availability
 
     # the double answers the plugin's two questions ("a ROCm torch with aiter?" and "does
     # `import aiter` work?") as an MI300 host with sglang's ROCm image would: no problem

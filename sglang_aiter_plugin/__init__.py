@@ -33,17 +33,13 @@ def register() -> None:
     _register()
 
 
+_LAZY = {"__version__": "_releases", "AiterExtError": "_errors", "FixState": "_status",
+         "FixStatus": "_status"}
+
+
 def __getattr__(name: str) -> Any:
-    if name == "__version__":
-        from sglang_aiter_plugin._releases import __version__
+    if name not in _LAZY:
+        raise AttributeError(f"module 'sglang_aiter_plugin' has no attribute {name!r}")
+    import importlib
 
-        return __version__
-    if name == "AiterExtError":
-        from sglang_aiter_plugin._errors import AiterExtError
-
-        return AiterExtError
-    if name in ("FixState", "FixStatus"):
-        from sglang_aiter_plugin import _status
-
-        return getattr(_status, name)
-    raise AttributeError(f"module 'sglang_aiter_plugin' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"sglang_aiter_plugin.{_LAZY[name]}"), name)

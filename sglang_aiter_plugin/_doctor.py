@@ -9,6 +9,7 @@ stops the report: a check that cannot import or run what it needs (a broken inst
 from __future__ import annotations
 
 import difflib
+import importlib
 import json
 import os
 import platform
@@ -33,12 +34,9 @@ OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 ENTRY_POINT_NAME = "aiter_ext"
 # the backend name users type and its fix's name (attention_backend), known when it is broken
 EXT_NAME, FIX_NAME = "aiter-ext", "attention-backend"
-INSTALL_HINT = (
-    "`pip install .` in a checkout of sglang-aiter-plugin, or `pip install git+<its repository "
-    "URL>`; see the README"
-)
-NEED_SGLANG = "discovery, fixes, selection"
-"""The checks that need sglang to import, named once where sglang does not."""
+INSTALL_HINT = ("`pip install .` in a checkout of sglang-aiter-plugin, or `pip install "
+                "git+<its repository URL>`; see the README")
+NEED_SGLANG = "discovery, fixes, selection"  # the checks that need sglang to import
 _T = TypeVar("_T")
 
 
@@ -95,6 +93,7 @@ def collect(selected_backend: str | None = None) -> Report:
     fixes = report.run("fixes", _check_fixes)
     if selected_backend is not None and fixes is not None:
         report.run("selection", _check_selection, selected_backend, bool(loaded), *fixes)
+    report.run("backend", _upstream_defects)
     report.run("naming", _naming)
     return report
 
@@ -105,6 +104,18 @@ def _check_plugin(report: Report) -> None:
     report.add("plugin", INFO, f"sglang-aiter-plugin {__version__}")
 
 
+def _upstream_defects(report: Report) -> None:
+    """Which defects of upstream ``aiter`` the installed release has (``aiter-ext`` covers them)."""
+    from sglang_aiter_plugin._sglang import installed_sglang_version
+    from sglang_aiter_plugin.backend import defects_on
+
+    version = installed_sglang_version()
+    if version is not None:
+        names = ", ".join(d.name for d in defects_on(version)) or "none"
+        report.add("backend", INFO, f"upstream aiter on sglang {version} has these defects, which "
+                   f"aiter-ext covers: {names} (the README and docs/buffer-pool.md describe each)")
+
+
 def _naming(report: Report) -> None:
     from sglang_aiter_plugin._sglang import installed_sglang_version
 
@@ -113,37 +124,27 @@ def _naming(report: Report) -> None:
 
 def naming_note(version: Version | None) -> str:
     """How ``aiter-ext`` shows up in ``/server_info`` and the logs of this sglang release."""
-    common = (
-        "--attention-backend aiter-ext is resolved as 'aiter', so every aiter-specific decision "
-        "of sglang is taken as for aiter; the plugin logs one line 'resolving attention_backend "
-        "'aiter-ext' as 'aiter'' at start-up, and the backend objects are its AiterExt* classes "
-        "(shown wherever sglang logs a backend's class name)"
-    )
+    common = ("--attention-backend aiter-ext is resolved as 'aiter', so every aiter-specific "
+              "decision of sglang is taken as for aiter; the plugin logs one line 'resolving "
+              "attention_backend 'aiter-ext' as 'aiter'' at start-up, and the backend objects are "
+              "its AiterExt* classes (shown wherever sglang logs a backend's class name)")
     from packaging.version import Version
 
     if version is not None and version >= Version("0.5.19"):
-        return (
-            f"{common}. /server_info and the post-resolution server_args log say "
-            "attention_backend 'aiter'; launch_command (and the first, pre-resolution "
-            "server_args log) keep '--attention-backend aiter-ext'"
-        )
-    return (
-        f"{common}. This sglang release resolves arguments as they are built, so "
-        "/server_info and every server_args log say attention_backend 'aiter'"
-    )
+        return (f"{common}. /server_info and the post-resolution server_args log say "
+                "attention_backend 'aiter'; launch_command (and the first, pre-resolution "
+                "server_args log) keep '--attention-backend aiter-ext'")
+    return (f"{common}. This sglang release resolves arguments as they are built, so "
+            "/server_info and every server_args log say attention_backend 'aiter'")
 
 
 def _check_sglang(report: Report) -> bool:
     """The installed release, and whether it imports here: what every later check needs."""
-    from sglang_aiter_plugin._sglang import (
-        SUPPORTED_RANGE,
-        Support,
-        installed_sglang_version,
-        support_of,
-    )
+    from sglang_aiter_plugin import _sglang
+    from sglang_aiter_plugin._sglang import SUPPORTED_RANGE, Support
 
-    v = installed_sglang_version()
-    support = support_of(v)
+    v = _sglang.installed_sglang_version()
+    support = _sglang.support_of(v)
     if v is None:
         report.add("sglang", FAIL, f"sglang is not installed for this Python ({sys.executable}); "
                    f"supported releases: {SUPPORTED_RANGE}. Not checked without it: {NEED_SGLANG}")
@@ -170,14 +171,9 @@ def _check_platform(report: Report, selected_backend: str | None) -> None:
     except Exception as exc:
         report.add("platform", FAIL, f"torch does not import: {exc!r}")
         return
-    hip = getattr(torch.version, "hip", None)
-    cuda = getattr(torch.version, "cuda", None)
-    if hip:
-        where = f"ROCm/HIP {hip}"
-    elif cuda:
-        where = f"CUDA {cuda} build (not ROCm)"
-    else:
-        where = "CPU build (not ROCm)"
+    hip, cuda = getattr(torch.version, "hip", None), getattr(torch.version, "cuda", None)
+    where = (f"ROCm/HIP {hip}" if hip else f"CUDA {cuda} build (not ROCm)" if cuda
+             else "CPU build (not ROCm)")
     report.add("platform", INFO, f"{platform.machine()}, Python {platform.python_version()}, "
                f"torch {torch.__version__}, {where}")
     from sglang_aiter_plugin.backend import aiter_problem
@@ -190,8 +186,7 @@ def _check_platform(report: Report, selected_backend: str | None) -> None:
         report.add("aiter", level, f"aiter-ext cannot run here: {problem}")
 
 
-_DISCOVERY_PROBE = textwrap.dedent(
-    """
+_DISCOVERY_PROBE = textwrap.dedent("""
     import json, sys
     sys.modules.setdefault("aiter", None)
     from sglang.srt import plugins
@@ -213,15 +208,12 @@ _DISCOVERY_PROBE = textwrap.dedent(
             error = f"{type(exc).__name__}: {exc}"
     found = {name: ep.value for name, ep in eps.items()}
     print(json.dumps({"found": found, "loaded": sorted(loaded), "error": error}))
-    """
-)
+    """)
 
 
 def _start_discovery() -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", _DISCOVERY_PROBE],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
-    )
+    return subprocess.Popen([sys.executable, "-c", _DISCOVERY_PROBE], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ))
 
 
 def _failure_cause(stderr: str) -> str:
@@ -285,21 +277,15 @@ def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> bool:
 def _check_selection(report: Report, name: str, loaded: bool, switches: Switches,
                      statuses: list[FixStatus]) -> None:
     """Whether ``--attention-backend NAME`` can be selected with this sglang and these switches."""
+    from sglang_aiter_plugin import _sglang
     from sglang_aiter_plugin._errors import shorten
-    from sglang_aiter_plugin._sglang import (
-        SUPPORTED_RANGE,
-        Support,
-        installed_sglang_version,
-        support_of,
-    )
     from sglang_aiter_plugin._status import FixState
     from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR
 
-    choices = _sglang_choices()
     if name != EXT_NAME:
-        known = [*(choices or []), EXT_NAME]
+        choices = _sglang_choices()
         if choices is not None and name not in choices:
-            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            close = difflib.get_close_matches(name, [*choices, EXT_NAME], n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else "."
             report.add("selection", FAIL, f"{shorten(name)} is not an attention backend of this "
                        f"sglang{hint} The launch would fail with `invalid choice`.")
@@ -308,9 +294,9 @@ def _check_selection(report: Report, name: str, loaded: bool, switches: Switches
                        "leaves it as upstream ships it")
         return
     reasons = []
-    support = support_of(installed_sglang_version())
-    if support == Support.UNSUPPORTED:
-        reasons.append(f"sglang is {support} (supported releases: {SUPPORTED_RANGE})")
+    support = _sglang.support_of(_sglang.installed_sglang_version())
+    if support == _sglang.Support.UNSUPPORTED:
+        reasons.append(f"sglang is {support} (supported releases: {_sglang.SUPPORTED_RANGE})")
     if not switches.enabled:
         reasons.append(f"the plugin is switched off ({ENABLE_VAR}=0)")
     status = next((s for s in statuses if s.name == FIX_NAME), None)
@@ -343,8 +329,6 @@ def _sglang_choices() -> list[str] | None:
 
 def _check_fixes(report: Report) -> tuple[Switches, list[FixStatus]]:
     """Each fix's outcome once sglang has imported what it imports at launch."""
-    import importlib
-
     from sglang_aiter_plugin._registration import last_statuses, run_fixes
     from sglang_aiter_plugin._status import FixState
 
@@ -375,9 +359,8 @@ def _check_switches(report: Report, switches: Switches | None = None) -> None:
         state = "on" if switches.enabled else "off (SGLANG_AITER_EXT=0)"
         off = ", ".join(sorted(switches.disabled_fixes)) or "none"
         check = "on" if switches.bounds_check else "off"
-        report.add(
-            "switches", OK, f"plugin {state}; disabled fixes: {off}; batch bounds check: {check}"
-        )
+        report.add("switches", OK,
+                   f"plugin {state}; disabled fixes: {off}; batch bounds check: {check}")
 
 
 def render_table(report: Report) -> str:
@@ -388,10 +371,5 @@ def render_table(report: Report) -> str:
 
 
 def render_json(report: Report) -> str:
-    return json.dumps(
-        {
-            "ok": report.exit_code == 0,
-            "checks": [c.__dict__ for c in report.checks],
-        },
-        indent=2,
-    )
+    return json.dumps({"ok": report.exit_code == 0, "checks": [c.__dict__ for c in report.checks]},
+                      indent=2)

@@ -8,17 +8,12 @@ __all__ = ["AiterExtError", "shorten", "summarise"]
 
 
 class AiterExtError(Exception):
-    """Base of every exception the plugin raises: ``except AiterExtError`` catches them all.
-
-    Each subclass also derives from the built-in exception it has always been (``ValueError``,
-    ``RuntimeError``), so existing ``except`` clauses keep working.
-    """
+    """Base of every exception the plugin raises; each subclass also derives from its built-in
+    (``ValueError``, ``RuntimeError``), so ``except`` clauses for those keep working."""
 
 
-LIMIT = 80
-"""Characters of a value shown before it is cut."""
-ITEMS = 5
-"""Items of a list shown before the rest is counted."""
+LIMIT = 80  # characters of a value shown before it is cut
+ITEMS = 5  # items of a list shown before the rest is counted
 
 
 def shorten(value: str, limit: int = LIMIT) -> str:

@@ -15,12 +15,10 @@ _FALLBACK.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(name)s: 
 def log(level: int, msg: str, *args: object) -> None:
     """One of the plugin's few lines (start-up, the fold, a fix's final outcome), always shown.
 
-    sglang configures logging only after plugins load: until then its root logger says WARNING
-    (or has no handler at all), and an INFO line would vanish. So a line the level would drop
-    is handed to the application's handlers anyway (or, with none, to stderr), unless someone
-    set this logger's own level: ``logging.getLogger("sglang_aiter_plugin").setLevel(...)``
-    silences it. Nothing is changed: no level set, no handler added, records still propagate.
-    """
+    sglang configures logging only after plugins load, so a line its level would drop goes to the
+    application's handlers anyway (with none, to stderr), unless this logger's own level was set
+    (``logging.getLogger("sglang_aiter_plugin").setLevel(...)`` silences it). No level or handler
+    is changed."""
     if logger.level != logging.NOTSET and not logger.isEnabledFor(level):
         return  # the plugin's logger was configured explicitly: respect it
     record = logger.makeRecord(logger.name, level, __file__, 0, msg, args, None)

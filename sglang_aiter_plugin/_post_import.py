@@ -27,11 +27,10 @@ _lock = threading.RLock()
 
 
 def when_imported(module_name: str, callback: _Callback) -> bool:
-    """Call ``callback(module)`` after ``module_name`` is imported.
+    """Call ``callback(module)`` after ``module_name`` is imported, or now if it already is.
 
-    Returns ``True`` when the module was already imported and the callback ran now, ``False``
-    when it was deferred. Exceptions from a deferred callback are logged, never raised into the
-    importer.
+    Returns whether it ran now. A deferred callback's exceptions are logged, never raised into
+    the importer.
     """
     with _lock:
         module = sys.modules.get(module_name)

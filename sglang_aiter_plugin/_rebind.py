@@ -1,11 +1,10 @@
 """Run one of sglang's functions with some of the names it looks up resolved to other objects.
 
-The plugin needs sglang's *own* code to build the plugin's classes (``AiterAttnBackend`` ->
-``AiterExtAttnBackend``), and its probes need sglang's own code to see a simulated platform
-(``is_hip`` -> ``True``). sglang finds those names at call time, in its module's globals or through
-a ``from <module> import <name>`` inside the function. :func:`rebound` makes a *copy* of the
-function over a copy of its globals in which those names resolve to the given objects. Nothing
-sglang (or anyone else) reads is modified: nothing to restore, nothing another thread can observe.
+sglang's own code builds the plugin's classes (``AiterAttnBackend`` -> ``AiterExtAttnBackend``)
+and the probes run sglang's own code on a simulated platform (``is_hip`` -> ``True``).
+:func:`rebound` makes a *copy* of the function over a copy of its globals (and, for
+``from <module> import <name>`` inside it, an import that answers those names): nothing sglang
+reads is modified, so there is nothing to restore and nothing another thread can observe.
 """
 
 from __future__ import annotations
@@ -17,21 +16,23 @@ from typing import Any
 
 from sglang_aiter_plugin._errors import AiterExtError
 
-__all__ = ["RebindError", "rebound"]
+__all__ = ["Overlay", "RebindError", "rebound"]
 
 
 class RebindError(AiterExtError, RuntimeError):
     """The function no longer looks up a name the plugin must resolve differently."""
 
 
-class _ModuleView:
-    """``module`` except for ``names``: what ``from module import name`` sees inside the copy."""
+class Overlay:
+    """``real``, except that the names in ``fixed`` answer with the objects given there (what
+    ``from module import name`` sees inside a copy, a simulated platform, a coordinator handed
+    another communicator). A name missing on both stays missing."""
 
-    def __init__(self, module: types.ModuleType, names: Mapping[str, Any]) -> None:
-        self._module, self._names = module, names
+    def __init__(self, real: Any, fixed: Mapping[str, Any]) -> None:
+        self._real, self._fixed = real, fixed
 
     def __getattr__(self, name: str) -> Any:
-        return self._names[name] if name in self._names else getattr(self._module, name)
+        return self._fixed[name] if name in self._fixed else getattr(self._real, name)
 
 
 def _importer(module: str, names: Mapping[str, Any]) -> Callable[..., Any]:
@@ -43,7 +44,7 @@ def _importer(module: str, names: Mapping[str, Any]) -> Callable[..., Any]:
             if all(n in names for n in fromlist):  # module not imported: it may be absent here
                 return types.SimpleNamespace(**{n: names[n] for n in fromlist})
             if any(n in names for n in fromlist):
-                return _ModuleView(real_import(name, globals, locals, fromlist, level), names)
+                return Overlay(real_import(name, globals, locals, fromlist, level), names)
         return real_import(name, globals, locals, fromlist, level)
 
     return __import__
@@ -51,14 +52,10 @@ def _importer(module: str, names: Mapping[str, Any]) -> Callable[..., Any]:
 
 def rebound(fn: Callable[..., Any], names: Mapping[str, Any], *, module: str | None = None,
             strict: bool = True) -> Callable[..., Any]:
-    """A copy of ``fn`` in which each of ``names`` resolves to the given object.
-
-    Global lookups of those names see the given objects; with ``module``, so does
-    ``from <module> import <name>`` inside ``fn`` (when every name such an import asks for is
-    given, ``module`` itself is not imported). ``strict`` (the default) raises
-    :class:`RebindError` when ``fn``'s code does not mention one of the names: the sglang release
-    changed how it finds that object, and the copy would silently use sglang's.
-    """
+    """A copy of ``fn`` in which each of ``names`` resolves to the given object, as a global and,
+    with ``module``, through ``from <module> import <name>`` inside ``fn`` (``module`` is not
+    imported when every name asked for is given). ``strict``: raise :class:`RebindError` when
+    ``fn`` does not mention one of the names (the copy would silently use sglang's object)."""
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"can only rebind plain Python functions, not {type(fn).__name__}")
     missing = sorted(set(names) - _names_used(fn.__code__)) if strict else []

@@ -1,8 +1,7 @@
 """``register()``: what sglang's plugin loader calls in every process that loads plugins.
 
-Each fix reports a :class:`~sglang_aiter_plugin._status.FixStatus`. A fix whose work waits for
-sglang to import a module reports ``pending`` and, when that happens, its final outcome: the
-statuses kept here are replaced then, so the log and ``doctor`` always show what happened last.
+The statuses kept here are replaced when a ``pending`` fix reports its final outcome, so the log
+and ``doctor`` always show what happened last.
 """
 
 from __future__ import annotations
@@ -41,8 +40,7 @@ def run_fixes() -> tuple[Switches, list[FixStatus]]:
                 from sglang_aiter_plugin.plugin.manager import fix_sources
 
                 switches = read_switches([s.name for s in fix_sources()[0]])
-            _switches = Switches(enabled=False, disabled_fixes=switches.disabled_fixes,
-                                 problems=switches.problems)
+            _switches = switches._replace(enabled=False, bounds_check=False)
             _statuses = {n: FixStatus(n, FixState.DISABLED, f"{ENABLE_VAR}=0") for n in builtin}
             return _switches, list(_statuses.values())
         from sglang_aiter_plugin.plugin.manager import PluginManager, fix_sources, install_manager
@@ -95,26 +93,16 @@ def register() -> None:
 
 
 def _log_summary(switches: Switches, statuses: list[FixStatus]) -> None:
-    sglang_version = installed_sglang_version()
-    support = support_of(sglang_version)
+    version = installed_sglang_version()
+    support = support_of(version)
     fixes = "; ".join(str(s) for s in statuses) or "no fixes"
-    _log(
-        logging.INFO,
-        "sglang-aiter-plugin %s on sglang %s (%s): %s",
-        __version__,
-        sglang_version or "?",
-        support,
-        fixes,
-    )
+    _log(logging.INFO, "sglang-aiter-plugin %s on sglang %s (%s): %s", __version__,
+         version or "?", support, fixes)
     for problem in switches.problems:
         _log(logging.WARNING, "sglang-aiter-plugin: %s", problem)
     if support in (Support.UNTESTED, Support.UNSUPPORTED):
-        _log(
-            logging.WARNING,
-            "sglang-aiter-plugin: sglang %s is %s; run `sglang-aiter-plugin doctor`",
-            sglang_version,
-            support,
-        )
+        _log(logging.WARNING, "sglang-aiter-plugin: sglang %s is %s; run `sglang-aiter-plugin "
+             "doctor`", version, support)
     for status in statuses:
         if status.state is FixState.FAILED:
             _log(logging.WARNING, "sglang-aiter-plugin: fix %s failed: %s", status.name,

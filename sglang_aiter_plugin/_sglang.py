@@ -10,21 +10,12 @@ from packaging.version import InvalidVersion, Version
 
 from sglang_aiter_plugin import _releases
 
-__all__ = [
-    "NEWEST_TESTED",
-    "OLDEST_SUPPORTED",
-    "SUPPORTED_RANGE",
-    "Support",
-    "installed_sglang_version",
-    "support_of",
-]
+__all__ = ["NEWEST_TESTED", "OLDEST_SUPPORTED", "SUPPORTED_RANGE", "Support",
+           "installed_sglang_version", "support_of"]
 
 OLDEST_SUPPORTED = Version(_releases.OLDEST_SUPPORTED)
-"""The first release with ``sglang.srt.plugins`` (absent in 0.5.10)."""
 NEWEST_TESTED = Version(_releases.NEWEST_TESTED)
-"""The newest release the compatibility matrix covers."""
-SUPPORTED_RANGE = f"{_releases.OLDEST_SUPPORTED} to {_releases.NEWEST_TESTED}"
-"""The supported releases, as a phrase for messages."""
+SUPPORTED_RANGE = f"{_releases.OLDEST_SUPPORTED} to {_releases.NEWEST_TESTED}"  # for messages
 
 
 class Support:
@@ -40,12 +31,8 @@ class Support:
 
 @functools.lru_cache(maxsize=1)
 def installed_sglang_version() -> Version | None:
-    """The installed sglang release, read once per process.
-
-    From the already imported ``sglang`` package (its build-time ``__version__``; sglang's
-    loader, which calls the plugin, has imported it) or else from package metadata, without
-    importing sglang. Reading metadata parses a file, so the answer is kept.
-    """
+    """The installed sglang release, read once per process: the imported ``sglang`` package's
+    ``__version__`` (sglang's loader has imported it), else its metadata (without importing it)."""
     module = sys.modules.get("sglang")
     raw = getattr(module, "__version__", None) if module is not None else None
     try:

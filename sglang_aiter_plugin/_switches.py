@@ -1,32 +1,21 @@
-"""Environment switches the plugin reads, parsed once, with clear errors for bad values.
+"""The plugin's environment switches (``SGLANG_AITER_EXT``, ``SGLANG_AITER_EXT_DISABLE``,
+``SGLANG_AITER_EXT_BOUNDS_CHECK``; the README lists their values), parsed once.
 
-* ``SGLANG_AITER_EXT``: ``1`` (default) applies the fixes; ``0`` loads the plugin, changes nothing.
-* ``SGLANG_AITER_EXT_DISABLE``: comma-separated fix names to leave out (``capture-reduce-scatter``).
-* ``SGLANG_AITER_EXT_BOUNDS_CHECK``: ``0`` (default) or ``1``; ``1`` makes every CUDA-graph
-  metadata call of an ``aiter-ext`` backend check its batch size against the captured maximum.
-
-At plugin load a bad value never takes sglang down: it is reported (variable, value, accepted
-values) in the plugin's log line and by ``sglang-aiter-plugin doctor``, which exits non-zero. The
-``aiter-ext`` backend reads ``SGLANG_AITER_EXT_BOUNDS_CHECK`` again when its CUDA-graph state is set
-up, and there a bad value is an error (:class:`SwitchValueError`): the user chose that backend.
+At plugin load a bad value is reported (variable, value, accepted values), never raised. The
+``aiter-ext`` backend reads ``SGLANG_AITER_EXT_BOUNDS_CHECK`` again at graph set-up, and there a
+bad value raises :class:`SwitchValueError`: the user chose that backend.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from sglang_aiter_plugin._errors import AiterExtError
 
-__all__ = [
-    "BOUNDS_CHECK_VAR",
-    "DISABLE_VAR",
-    "ENABLE_VAR",
-    "SwitchValueError",
-    "Switches",
-    "bounds_check_requested",
-    "read_switches",
-]
+__all__ = ["BOUNDS_CHECK_VAR", "DISABLE_VAR", "ENABLE_VAR", "SwitchValueError", "Switches",
+           "bounds_check_requested", "read_switches"]
 
 ENABLE_VAR = "SGLANG_AITER_EXT"
 DISABLE_VAR = "SGLANG_AITER_EXT_DISABLE"
@@ -36,21 +25,13 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-class Switches:
+class Switches(NamedTuple):
     """The parsed switches, plus the problems found while parsing them."""
 
-    __slots__ = ("bounds_check", "disabled_fixes", "enabled", "problems")
-
-    def __init__(self, enabled: bool = True, disabled_fixes: frozenset[str] = frozenset(),
-                 bounds_check: bool = False, problems: tuple[str, ...] = ()) -> None:
-        self.enabled = enabled
-        self.disabled_fixes = disabled_fixes
-        self.bounds_check = bounds_check
-        self.problems = problems
-
-    def __repr__(self) -> str:
-        return (f"Switches(enabled={self.enabled}, disabled_fixes={sorted(self.disabled_fixes)}, "
-                f"bounds_check={self.bounds_check}, problems={self.problems})")
+    enabled: bool = True
+    disabled_fixes: frozenset[str] = frozenset()
+    bounds_check: bool = False
+    problems: tuple[str, ...] = ()
 
 
 class SwitchValueError(AiterExtError, ValueError):
@@ -82,11 +63,8 @@ def bounds_check_requested(environ: Mapping[str, str] | None = None) -> bool:
 def read_switches(
     known_fixes: Iterable[str], environ: Mapping[str, str] | None = None
 ) -> Switches:
-    """Parse the switches from ``environ`` (default: ``os.environ``).
-
-    An invalid ``SGLANG_AITER_EXT`` keeps the default (enabled) and records a problem; unknown
-    names in the disable list are ignored and recorded.
-    """
+    """Parse the switches from ``environ`` (default: ``os.environ``): a bad value keeps the
+    default and an unknown fix name is ignored, each recorded as a problem."""
     env = os.environ if environ is None else environ
     problems: list[str] = []
 
@@ -118,9 +96,4 @@ def read_switches(
         what = f"unknown fix {shorten(unknown[0])}" if len(unknown) == 1 else (
             f"{len(unknown):,} unknown fixes: {summarise(unknown)}")
         problems.append(f"{DISABLE_VAR} names {what}; accepted names: {', '.join(known)}")
-    return Switches(
-        enabled=enabled,
-        disabled_fixes=frozenset(disabled),
-        bounds_check=bounds_check,
-        problems=tuple(problems),
-    )
+    return Switches(enabled, frozenset(disabled), bounds_check, tuple(problems))

@@ -15,19 +15,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sglang_aiter_plugin._releases import __version__ as version
     except Exception as exc:  # a broken install: doctor says more
         version = f"unknown ({type(exc).__name__})"
-    parser = argparse.ArgumentParser(
-        prog="sglang-aiter-plugin",
-        description="sglang-aiter-plugin: the aiter-ext attention backend for sglang on ROCm",
-    )
+    parser = argparse.ArgumentParser(prog="sglang-aiter-plugin", description=(
+        "sglang-aiter-plugin: the aiter-ext attention backend for sglang on ROCm"))
     parser.add_argument("--version", action="version", version=version)
     sub = parser.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser("doctor", help="check sglang, the platform, discovery and each fix")
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
-    doctor.add_argument(
-        "--attention-backend",
-        metavar="NAME",
-        help="the backend you will launch with; with aiter-ext, a missing aiter is an error",
-    )
+    doctor.add_argument("--attention-backend", metavar="NAME", help=(
+        "the backend you will launch with; with aiter-ext, a missing aiter is an error"))
     args = parser.parse_args(argv)
 
     try:

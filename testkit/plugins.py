@@ -25,10 +25,15 @@ def use_manager(
     """The process-wide manager, for this test only: built-in fixes (unless ``builtin=False``,
     which imports none of them) and ``plugins`` registered in-process."""
     sources = [FixSource.builtin(n, v) for n, v in BUILTIN_FIXES] if builtin else []
-    sources += [FixSource.in_process(name, plugin) for name, plugin in plugins]
+    sources += [_in_process(name, plugin) for name, plugin in plugins]
     manager = PluginManager(sources)
     monkeypatch.setattr(manager_module, "current_manager", lambda: manager)
     return manager
+
+
+def _in_process(name: str, plugin: object) -> FixSource:
+    """A plugin object handed over in-process."""
+    return FixSource(name, lambda: plugin, f"in-process plugin {type(plugin).__name__}")
 
 
 OFF_ROCM = """

@@ -62,6 +62,23 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
                 "capture-fused-ar-rmsnorm"):  # off ROCm: installs nothing, and says so
         assert checks[f"fix {fix}"]["summary"].startswith("skipped: not a ROCm (HIP) platform")
     assert checks["switches"]["summary"].endswith("batch bounds check: off")
+    # which of upstream's defects this release has: the graph-buffer width ones only before 0.5.13
+    named = checks["backend"]["summary"].split("covers: ")[1].split(" (")[0].split(", ")
+    assert "unified-page-table" in named
+    assert ("kv-indices-per-page" in named) == (sglang_version < Version("0.5.13"))
+
+
+@pytest.mark.parametrize(("release", "width"), [
+    ("0.5.11", True), ("0.5.12.post1", True), ("0.5.12.post1+rocm", True), ("0.5.13", False),
+    ("0.5.23", False)])
+def test_upstream_defects_per_release_follow_the_ledger_ranges(release: str, width: bool) -> None:
+    from sglang_aiter_plugin.backend import defects_on
+
+    names = {d.name for d in defects_on(Version(release))}
+    assert ("kv-indices-per-page" in names) == width
+    assert ("verify-draft-slack" in names) == width
+    assert ("prefill-updater" in names) == (Version(release) < Version("0.5.23"))
+    assert {"rows", "unified-page-table", "verify-custom-mask"} <= names
 
 
 def _checks(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, str]]:

@@ -113,8 +113,7 @@ def test_a_defect_every_supported_release_has_fixed_is_retired() -> None:
 
 def _affected(name: str, release: Version) -> bool:
     (d,) = [d for d in _defects() if d.name == name]
-    first, _, last = d.releases.partition("-")
-    return Version(first) <= release and (not last or release <= Version(last))
+    return bool(d.affects(release))
 
 
 @pytest.mark.usefixtures("plugins_loaded")

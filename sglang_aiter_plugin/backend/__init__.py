@@ -1,15 +1,8 @@
 """The ``aiter-ext`` backend: its classes (:mod:`.classes`), their buffer pool (:mod:`.pool`),
 how much its buffers must hold (:mod:`.capacity`), and here the ledger of the upstream defects it
-covers (:data:`DEFECTS`) and whether aiter can run at all.
-
-Whether the ROCm ``aiter`` package can run here is asked at two moments:
-
-* :func:`host_problem` -- cheap, without importing aiter: a ROCm build of torch, and an ``aiter``
-  package that Python can find. Asked where the choice of ``aiter-ext`` is first seen (the start
-  of sglang's argument resolution), so a machine that cannot run it stops before sglang detects
-  devices or loads weights.
-* :func:`aiter_problem` -- ``import aiter`` itself (its JIT needs ROCm). Asked when the backend is
-  built and by ``doctor``.
+covers (:data:`DEFECTS`) and whether aiter can run: :func:`host_problem` without importing aiter
+(asked where the choice of ``aiter-ext`` is first seen, before sglang detects devices or loads
+weights) and :func:`aiter_problem` with ``import aiter`` (when the backend is built; ``doctor``).
 """
 
 from __future__ import annotations
@@ -18,12 +11,15 @@ import functools
 import importlib
 import importlib.util
 import sys
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from sglang_aiter_plugin._errors import AiterExtError
 
-__all__ = ["DEFECTS", "AiterUnavailableError", "UpstreamDefect", "aiter_problem", "host_problem",
-           "require_aiter", "require_rocm_host"]
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+__all__ = ["DEFECTS", "AiterUnavailableError", "UpstreamDefect", "aiter_problem", "defects_on",
+           "host_problem", "require_aiter", "require_rocm_host"]
 
 WAY_OUT = (
     "Use sglang's ROCm image (it ships aiter) on an MI300/MI355-class GPU, or choose another "
@@ -32,9 +28,9 @@ WAY_OUT = (
 
 
 class UpstreamDefect(NamedTuple):
-    """One defect of upstream's AITER backend that ``aiter-ext`` covers: ``releases`` as
+    """A defect of upstream's AITER backend that ``aiter-ext`` covers: ``releases`` as
     ``first-last`` (``last`` empty: every release so far); ``fixed_in``: the first release where
-    upstream is right (``None``: none yet). ``tests/test_ledger.py`` makes "remove when" run."""
+    upstream is right (``None``: none yet)."""
 
     name: str
     symptom: str
@@ -43,9 +39,16 @@ class UpstreamDefect(NamedTuple):
     remove_when: str
     fixed_in: str | None = None
 
+    def affects(self, release: Version) -> bool:
+        """Whether upstream's backend in ``release`` has this defect (by :attr:`releases`)."""
+        from packaging.version import Version
 
-#: The backend's ledger (the fold's is ``sglang_aiter_plugin.selection.fix``); the fixes that
-#: record what they did on an instance name themselves by these names (``fixed_defects``).
+        first, _, last = self.releases.partition("-")
+        public = Version(release.public)
+        return Version(first) <= public and (not last or public <= Version(last))
+
+
+#: The backend's ledger; an instance's ``fixed_defects`` names the ones its set-up fixed.
 DEFECTS: tuple[UpstreamDefect, ...] = (
     UpstreamDefect(
         "rows", "kv_last_page_len, workspace_buffer and qo_indptr_unified_decode stay sized for "
@@ -93,6 +96,11 @@ DEFECTS: tuple[UpstreamDefect, ...] = (
         "(zeros), so it attends to the wrong KV slots, silently", "0.5.11-", "none",
         "upstream's graph metadata fills the table on that branch"),
 )
+
+
+def defects_on(release: Version) -> list[UpstreamDefect]:
+    """The defects of upstream's backend in ``release`` that ``aiter-ext`` covers."""
+    return [d for d in DEFECTS if d.affects(release)]
 
 
 class AiterUnavailableError(AiterExtError, RuntimeError):

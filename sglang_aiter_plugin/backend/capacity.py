@@ -1,18 +1,13 @@
 """The largest batch sglang can hand an attention backend, on any path, known at construction.
 
-sglang sizes ``AiterAttnBackend``'s per-batch buffers by the request pool P
-(``req_to_token_pool.size``), but sends larger batches on three paths: **eager batches under MLP
-sync** (``ForwardBatch.prepare_mlp_sync_batch`` aligns every rank's count to the attention-TP size
-and the context-parallel padding; 0.5.17+ names the rule ``get_eager_max_batch_size``), **CUDA
-graphs** (captured up to P aligned to ``get_cuda_graph_batch_size_alignment``: two-batch overlap,
-gathered buffers, attention CP; 0.5.17+ ``get_cuda_graph_max_batch_size``), and **frozen-KV MTP
-draft workers** (the eager batch times the draft top-k).
-
-:func:`batch_capacity` takes the largest of these from sglang's own functions where the installed
-release has them and from the same rule on sglang's own pieces (``ceil_align``,
-``require_mlp_sync``, ``require_gathered_buffer``, the attention-TP/CP sizes) where it does not. A
-release that has neither is refused by name (:class:`BatchCapacityError`): a pool sized by
-guesswork would be silently short. It runs once per backend, at construction.
+sglang sizes ``AiterAttnBackend``'s per-batch buffers by the request pool P, but sends larger
+batches: **eager batches under MLP sync** (aligned to the attention-TP size and the
+context-parallel padding; 0.5.17+ ``get_eager_max_batch_size``), **CUDA graphs** (P aligned for
+two-batch overlap, gathered buffers, attention CP; 0.5.17+ ``get_cuda_graph_max_batch_size``) and
+**frozen-KV MTP draft workers** (the eager batch times the draft top-k). :func:`batch_capacity`
+takes the largest from sglang's own functions, or from the same rule on sglang's own pieces
+(``ceil_align``, ``require_mlp_sync``, ...) where the release lacks them; a release with neither
+is refused by name (:class:`BatchCapacityError`) rather than sized by guesswork.
 """
 
 from __future__ import annotations
@@ -36,13 +31,10 @@ class BatchCapacityError(AiterExtError, RuntimeError):
 
 
 class BatchCapacity(NamedTuple):
-    """Batch rows per path for one backend; :attr:`rows` is what its pool must hold.
-
-    ``pool``: requests the request pool holds (P); ``requests``: requests one forward carries
-    before padding (more than P for frozen-KV MTP drafts); ``eager``: the largest eager batch
-    (``requests`` after the MLP-sync padding); ``graph``: the largest CUDA-graph batch for
-    ``pool``; ``source``: which of sglang's functions (or rules) gave ``eager`` and ``graph``.
-    """
+    """Batch rows per path for one backend (:attr:`rows`: what its pool must hold): ``pool`` (P),
+    ``requests`` (one forward before padding: more than P for frozen-KV MTP drafts), ``eager``
+    (after the MLP-sync padding), ``graph`` (the largest CUDA-graph batch); ``source``: which of
+    sglang's functions (or rules) gave ``eager`` and ``graph``."""
 
     pool: int
     requests: int
@@ -61,10 +53,9 @@ def batch_capacity(model_runner: Any) -> int:
 
 
 def kv_indices_entries(backend: Any, max_bs: int) -> int:
-    """Entries graph replays write into a backend's ``cuda_graph_kv_indices`` at ``max_bs`` rows
-    of full context: one per token of every page (ragged and MLA decode, target-verify and
-    draft-extend fill it per token) plus the draft tokens MLA target-verify adds to each row --
-    the layout sglang allocates from 0.5.13 (sglang#24587)."""
+    """Entries graph replays write into ``cuda_graph_kv_indices`` at ``max_bs`` rows of full
+    context: one per token of every page, plus the draft tokens MLA target-verify adds per row
+    (the layout sglang allocates from 0.5.13, sglang#24587)."""
     blocks = -(-int(backend.max_context_len) // int(backend.page_size))
     draft_tokens = int(getattr(backend, "num_draft_tokens", None) or 0)
     return max_bs * (blocks * int(backend.page_size) + draft_tokens)

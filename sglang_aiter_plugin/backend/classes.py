@@ -2,12 +2,10 @@
 their per-batch buffers in one :class:`~.pool.BufferPool` each (imports sglang's aiter backend).
 
 At construction each finds its per-batch buffers (:func:`discover`), pools them at the largest
-batch sglang can send on any path (:mod:`.capacity`) and binds every holder to the pool. Their
-CUDA-graph set-up is :class:`PooledGraphState`: rows and widths are right before the first
-capture. Per step nothing is added where upstream is right: metadata and forward methods are
-upstream's own, except where upstream's graph metadata leaves a buffer wrong (the ``DEFECTS`` of
-:mod:`sglang_aiter_plugin.backend`),
-and where ``SGLANG_AITER_EXT_BOUNDS_CHECK=1`` asked for the check (:func:`install_bounds_check`).
+batch sglang can send on any path (:mod:`.capacity`) and binds every holder to the pool; graph
+set-up (:class:`PooledGraphState`) makes rows and widths right before the first capture. The
+metadata and forward methods are upstream's own, except where upstream's graph metadata leaves a
+buffer wrong (``backend.DEFECTS``) and where ``SGLANG_AITER_EXT_BOUNDS_CHECK=1`` asks for the check.
 """
 
 from __future__ import annotations
@@ -31,17 +29,15 @@ from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill
 
 __all__ = ["FROZEN_REASON", "METADATA_METHODS", "NOT_PER_BATCH", "PREFILL_UPDATERS",
            "AiterExtAttnBackend", "AiterExtMultiStepDraftBackend", "BatchTooLargeError",
-           "PooledGraphState", "UnknownBatchBufferError", "UnknownGraphLayoutError",
-           "discover", "install_bounds_check", "is_checked",
-           "workspace_bytes_per_row"]
+           "PooledGraphState", "UnknownBatchBufferError", "UnknownGraphLayoutError", "discover",
+           "install_bounds_check", "is_checked", "workspace_bytes_per_row"]
 
 logger = logging.getLogger(__name__)
 
 FROZEN_REASON = "CUDA graphs were captured against the current buffers"
 
-#: Backend attributes holding prefill index updaters; each keeps references to pool buffers
-#: under the same attribute names (0.5.11-0.5.23: ``kv_indptr``, ``qo_indptr``,
-#: ``kv_last_page_len`` on the non-MLA updater; the MLA updater reads through the backend).
+#: Backend attributes holding prefill index updaters, which keep pool buffers under the same
+#: names (``kv_indptr``, ``qo_indptr``, ``kv_last_page_len``).
 PREFILL_UPDATERS = ("indices_updater_prefill", "mla_indices_updater_prefill")
 
 #: Entry points that write a captured batch's metadata (0.5.11-0.5.17: capture/replay;
@@ -52,8 +48,7 @@ METADATA_METHODS = (
     "init_forward_metadata_out_graph",
 )
 
-#: Per-batch buffers upstream allocates at P (the set differs by release and configuration:
-#: ``qo_indptr_unified_decode`` from 0.5.12, ``qo_indptr_`` with MLA only):
+#: Per-batch buffers upstream allocates at P (by release and configuration):
 #: name -> (dtype as upstream allocates it, fill, entries beyond the rows).
 _CATALOGUE: dict[str, tuple[torch.dtype, Fill, int]] = {
     "kv_indptr": (torch.int32, Fill.ZEROS, 1),
@@ -65,8 +60,7 @@ _CATALOGUE: dict[str, tuple[torch.dtype, Fill, int]] = {
 }
 _WORKSPACE = "workspace_buffer"  # ragged paged decode only; sized per row in bytes
 
-#: Tensor attributes whose first dimension may equal P or P + 1 without being per-batch buffers.
-#: (``req_to_token``: the request pool's own table, owned by sglang; the rest: (1,) scales.)
+#: Tensors whose first dimension may equal P or P + 1 without being per-batch buffers.
 NOT_PER_BATCH = frozenset({"req_to_token", "q_scale", "k_scale", "v_scale"})
 
 _CHECKED = "__aiter_ext_bounds_checked__"
@@ -82,14 +76,12 @@ class BatchTooLargeError(AiterExtError, ValueError):
 
 
 class UnknownGraphLayoutError(AiterExtError, RuntimeError):
-    """Upstream's ``init_cuda_graph_state`` sized a graph buffer in a layout the plugin does not
-    know."""
+    """Upstream's ``init_cuda_graph_state`` sized a graph buffer in a layout not known here."""
 
 
 def workspace_bytes_per_row(backend: Any) -> int:
     """Bytes of ``workspace_buffer`` per batch row: the larger of aiter's layout for
-    ``paged_attention_ragged`` (fp32 ``exp_sums`` and ``max_logits``, ``tmp_out`` in the query
-    dtype) and upstream's formula (``tmp_out`` as fp32), so never less than upstream."""
+    ``paged_attention_ragged`` and upstream's formula, so never less than upstream."""
     heads = int(backend.num_head)
     partitions = int(backend.max_num_partitions)
     head_size = max(int(backend.head_dim), int(getattr(backend, "v_head_dim", 0) or 0))
@@ -103,8 +95,7 @@ def discover(
     backend: Any, capacity: int, *, skip: frozenset[str] = frozenset()
 ) -> list[BufferSpec]:
     """Specs of the per-batch buffers ``backend`` holds at ``capacity`` rows (``skip``: borrowed
-    ones). A tensor sized like a batch that the catalogue does not know raises
-    :class:`UnknownBatchBufferError`: a release that adds one fails loudly, not short."""
+    ones); an unknown batch-sized tensor raises :class:`UnknownBatchBufferError`."""
     specs: list[BufferSpec] = []
     unknown: list[str] = []
     for name, value in vars(backend).items():
@@ -131,9 +122,8 @@ def discover(
 
 
 def _batch_reader(method: Callable[..., Any], name: str, why: str) -> Callable[..., Any]:
-    """``read(args, kw)``: the batch a graph metadata call describes (``batch_size``,
-    ``seq_lens``, ``seq_lens_sum``, ...), from its ``bs, ...`` arguments (``bs`` wins) or its
-    ``forward_batch`` (0.5.18+)."""
+    """``read(args, kw)``: the batch a graph metadata call describes, from its ``bs, ...``
+    arguments or its ``forward_batch`` (0.5.18+)."""
     params = list(inspect.signature(method).parameters)
     if "bs" not in params and "forward_batch" not in params:
         raise RuntimeError(
@@ -156,9 +146,8 @@ def _batch_reader(method: Callable[..., Any], name: str, why: str) -> Callable[.
 def _shadow(backend: Any, marker: str, why: str, *,
             before: Callable[[str, Any], None] | None = None,
             after: Callable[[Any], None] | None = None) -> None:
-    """Give ``backend`` (this instance only; the class and every other instance keep upstream's)
-    a wrapper of each graph metadata method it has, once per ``marker``: ``before(name, batch)``
-    runs ahead of upstream's method, ``after(batch)`` behind it."""
+    """Wrap each graph metadata method of this instance (not the class) once per ``marker``:
+    ``before(name, batch)`` runs ahead of upstream's method, ``after(batch)`` behind it."""
     for name in METADATA_METHODS:
         method = getattr(backend, name, None)
         if method is not None and not getattr(method, marker, False):
@@ -189,11 +178,10 @@ def is_checked(method: Any) -> bool:
 
 
 def install_bounds_check(backend: Any, capacity: int, extra_per_row: int = 0) -> list[str]:
-    """Shadow ``backend``'s graph metadata methods with a check that raises
-    :class:`BatchTooLargeError` before upstream's code runs when a call has more rows than
-    ``capacity``, or needs more entries (``seq_lens_sum`` x ``topk`` + ``extra_per_row`` per row:
-    the draft tokens, or the draft steps) than a row of ``cuda_graph_kv_indices`` holds. Returns
-    the names checked; idempotent."""
+    """Check every graph metadata call of ``backend`` before upstream's code runs: raise
+    :class:`BatchTooLargeError` for more rows than ``capacity``, or more entries (``seq_lens_sum``
+    x ``topk`` + ``extra_per_row`` per row) than a row of ``cuda_graph_kv_indices`` holds.
+    Returns the names checked; idempotent."""
     owner = type(backend).__name__
 
     def check(name: str, batch: Any) -> None:
@@ -231,8 +219,7 @@ def _check(backend: Any, where: str, batch: Any, capacity: int, extra: int) -> N
 
 
 def _page_table(backend: Any) -> Any:
-    """The page table the unified decode graph reads: its own buffer (0.5.13+) or a view of
-    ``cuda_graph_kv_indices`` (0.5.11-0.5.12.post1)."""
+    """The unified decode graph's page table: its own (0.5.13+) or a view of the indices."""
     table = getattr(backend, "cuda_graph_page_table", None)
     if table is not None:
         return table
@@ -241,9 +228,8 @@ def _page_table(backend: Any) -> Any:
 
 
 def _install_page_table_fill(backend: Any) -> None:
-    """Unified decode, page size 1, no sliding window (the ``unified-page-table`` defect): after
-    upstream's graph metadata for a decode batch, copy each row's page indices (its
-    ``req_to_token`` row) into the page table, as eager decode builds it."""
+    """``unified-page-table``: after upstream's graph metadata for a decode batch, copy each row's
+    page indices (its ``req_to_token`` row) into the page table, as eager decode builds it."""
 
     def fill(batch: Any) -> None:
         if batch.spec_info is not None or not batch.forward_mode.is_decode_or_idle():
@@ -260,8 +246,8 @@ def _install_page_table_fill(backend: Any) -> None:
 
 
 def _tell_observers(pool: BufferPool, owner: Any, old: int, reason: str) -> None:
-    """Call the ``aiter_ext_pool_resized`` hook once the plugin manager exists. The pool is
-    already right (it re-points its holders itself): an observer that raises is only logged."""
+    """Call the ``aiter_ext_pool_resized`` hook; the pool is already right, so an observer that
+    raises is only logged."""
     from sglang_aiter_plugin.plugin.manager import current_manager
     from sglang_aiter_plugin.plugin.spec import PoolResize
 
@@ -275,23 +261,20 @@ def _tell_observers(pool: BufferPool, owner: Any, old: int, reason: str) -> None
                          "the pool itself grew and re-pointed its holders")
 
 
-def _upstream_class(owner: Any) -> str:
-    return next(c.__name__ for c in type(owner).__mro__ if c.__module__.startswith("sglang."))
-
-
 def _widen(owner: Any, name: str, need: int, known: dict[int, str], multiple_of: int = 1,
            leading: tuple[int, ...] = ()) -> bool:
-    """Give ``owner.name`` (zeros, before any capture) ``need`` entries per leading row where
-    upstream's set-up left fewer in a layout it is known to use; return whether it did. Fewer in
-    a layout not in ``known`` (entries -> which releases) stops graph set-up by name."""
+    """Give ``owner.name`` ``need`` zeroed entries (per leading row) where upstream left fewer in
+    a layout in ``known`` (entries -> releases); return whether it did. Fewer in another layout
+    stops graph set-up by name."""
     buffer: torch.Tensor = getattr(owner, name)
     have = int(buffer.shape[-1]) if leading else int(buffer.numel())
     if have >= need:
         return False
     if have not in known:
         layouts = "; ".join(f"{n} ({where})" for n, where in known.items())
+        upstream = next(c for c in type(owner).__mro__ if c.__module__.startswith("sglang."))
         raise UnknownGraphLayoutError(
-            f"sglang {installed_sglang_version()}: {_upstream_class(owner)}."
+            f"sglang {installed_sglang_version()}: {upstream.__name__}."
             f"init_cuda_graph_state allocated {name} with {have} entries, fewer than the {need} "
             f"its graph replays write, in a layout sglang-aiter-plugin does not know (it knows "
             f"{layouts}). Use --attention-backend aiter, or a sglang-aiter-plugin release that "
@@ -303,12 +286,10 @@ def _widen(owner: Any, name: str, need: int, known: dict[int, str], multiple_of:
 
 
 class PooledGraphState:
-    """Mixin placed before sglang's backend class: its ``init_cuda_graph_state``, which sglang
-    calls once before capturing any graph, in this order: read ``SGLANG_AITER_EXT_BOUNDS_CHECK``
-    (a bad value fails before anything changes); grow the pool to ``max_bs`` rows (upstream's own
-    partial regrowth then finds nothing to do) and tell the observers; run upstream's set-up;
-    right what it leaves wrong beyond the rows (:meth:`_after_upstream`); verify every binding
-    is on the pool; freeze the pool; install the bounds check."""
+    """Mixin before sglang's backend class. ``init_cuda_graph_state`` (once, before any capture):
+    read ``SGLANG_AITER_EXT_BOUNDS_CHECK``; grow the pool to ``max_bs`` rows and tell the
+    observers; run upstream's set-up; right what it leaves wrong beyond the rows
+    (:meth:`_after_upstream`); verify every binding; freeze the pool; install the bounds check."""
 
     buffer_pool: BufferPool
 
@@ -384,10 +365,9 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
             )
 
     def _after_upstream(self, max_bs: int, max_num_tokens: int, lent: bool) -> None:
-        """Widen ``cuda_graph_kv_indices`` to one entry per token plus the draft tokens of a row
-        (``kv-indices-per-page``, ``verify-draft-slack``; a lent buffer is its owner's) and
-        ``cuda_graph_custom_mask`` to the draft tokens' mask rows (``verify-custom-mask``), and
-        fill the unified page table at page size 1 (``unified-page-table``)."""
+        """Widen ``cuda_graph_kv_indices`` (``kv-indices-per-page``, ``verify-draft-slack``; a
+        lent one is its owner's) and ``cuda_graph_custom_mask`` (``verify-custom-mask``); fill the
+        unified page table at page size 1 (``unified-page-table``)."""
         context, page = int(self.max_context_len), int(self.page_size)
         blocks, drafts = -(-context // page), int(getattr(self, "num_draft_tokens", None) or 0)
         need = kv_indices_entries(self, max_bs)
@@ -413,12 +393,8 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
 
 
 class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend):  # type: ignore[misc]
-    """sglang's EAGLE draft wrapper with its shared ``kv_indptr`` pooled and pooled children.
-
-    Upstream allocates ``kv_indptr`` as ``(steps, P * topk + 1)``, lends row ``i`` to child ``i``
-    and never grows it (at a padded draft batch each row's last entry lands in the next row).
-    Here growth re-points the wrapper and every child's row before the children grow their own.
-    """
+    """sglang's EAGLE draft wrapper with its shared ``kv_indptr`` (``(steps, P * topk + 1)``, row
+    ``i`` lent to child ``i``) pooled: growth re-points the wrapper and every child's row."""
 
     cuda_graph_kv_indices: torch.Tensor
     fixed_defects: tuple[str, ...] = ()

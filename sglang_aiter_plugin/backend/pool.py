@@ -1,12 +1,10 @@
 """A grow-only owner of per-batch buffers: one tensor per name, re-pointed everywhere on growth.
 
-A backend describes each buffer whose length depends on the batch size (:class:`BufferSpec`), hands
-the pool the tensors it already allocated, and *binds* every attribute that must hold one of them
-(:meth:`BufferPool.bind`). :meth:`BufferPool.grow` reallocates every buffer at the new capacity with
-its fill and re-points every binding itself, so it needs no observer (whoever grows it tells the
-pluggy hook ``aiter_ext_pool_resized``). After :meth:`BufferPool.freeze` (CUDA graphs hold the
-buffers' addresses) growing raises :class:`PoolFrozenError`. Holders keep plain tensors as
-attributes: nothing here runs on the per-step path.
+A backend describes each buffer whose length depends on the batch size (:class:`BufferSpec`),
+hands over the tensors it allocated, and *binds* every attribute that must hold one of them.
+:meth:`BufferPool.grow` reallocates every buffer with its fill and re-points every binding itself;
+after :meth:`BufferPool.freeze` (CUDA graphs hold the addresses) it raises
+:class:`PoolFrozenError`. Holders keep plain tensors: nothing here runs per step.
 """
 
 from __future__ import annotations
@@ -33,12 +31,9 @@ class Fill(str, enum.Enum):
 
 
 class BufferSpec(NamedTuple):
-    """One per-batch buffer: ``leading + (capacity * per_row + extra,)`` elements of ``dtype``.
-
-    ``per_row``: elements per batch row (bytes for a ``uint8`` workspace, ``topk`` for draft
-    indptrs); ``extra``: elements beyond the rows (1 for an indptr); ``leading``: dimensions
-    before the batch dimension (one row per draft step).
-    """
+    """One per-batch buffer: ``leading + (capacity * per_row + extra,)`` elements of ``dtype``
+    (``per_row``: bytes for a workspace, ``topk`` for draft indptrs; ``extra``: 1 for an indptr;
+    ``leading``: one row per draft step)."""
 
     name: str
     dtype: torch.dtype
@@ -148,11 +143,9 @@ class BufferPool:
             self._frozen = reason
 
     def grow(self, capacity: int, reason: str) -> bool:
-        """Hold ``capacity`` rows: if that is more than now, reallocate and re-point every binding.
-
-        Returns whether the pool grew. Raises ``ValueError`` for fewer than one row and
-        :class:`PoolFrozenError` when it would have to grow after :meth:`freeze`.
-        """
+        """Hold ``capacity`` rows: if more than now, reallocate and re-point every binding; return
+        whether it grew. ``ValueError`` below one row, :class:`PoolFrozenError` after
+        :meth:`freeze`."""
         if capacity < 1:
             raise ValueError(
                 f"{type(self.owner).__name__}: cannot size its per-batch buffers for {capacity} "

@@ -1,19 +1,15 @@
 """The plugin manager: built-in fixes, then third-party fixes from entry points.
 
-As pluggy's and tox's authors use pluggy: every fix is loaded from an entry point (built-in ones
-from :data:`~sglang_aiter_plugin.fixes.BUILTIN_FIXES`, then the ``importlib.metadata`` entry
-points of group :data:`FIXES_GROUP`); a fix the user switched off is *blocked*
-(``set_blocked``), never imported; a second fix claiming a taken name is reported, not loaded; a
-fix that fails to load is ``failed`` while the others apply. ``register()`` builds the
-process-wide manager once, with the user's switches (:func:`install_manager`);
-:attr:`PluginManager.pluggy` is pluggy's own.
+Built-in fixes come from :data:`~sglang_aiter_plugin.fixes.BUILTIN_FIXES`, third-party ones from
+the entry points of group :data:`FIXES_GROUP`. A fix the user switched off is blocked, never
+imported; a second fix claiming a taken name is reported, not loaded; a fix that fails to load is
+``failed`` while the others apply. ``register()`` installs the process-wide manager once.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections.abc import Callable, Collection, Sequence
 from importlib.metadata import EntryPoint, distributions
 from typing import Any, NamedTuple
@@ -48,17 +44,10 @@ class FixSource(NamedTuple):
         dist = getattr(entry_point.dist, "name", None) or "an unknown distribution"
         return cls(entry_point.name, entry_point.load, f"{entry_point.value} (from {dist})")
 
-    @classmethod
-    def in_process(cls, name: str, plugin: object) -> FixSource:
-        """A plugin object an embedder (or a test) hands over in-process."""
-        return cls(name, lambda: plugin, f"in-process plugin {type(plugin).__name__}")
-
 
 def fix_sources() -> tuple[list[FixSource], list[FixStatus]]:
-    """Every fix name on offer, in application order, without importing any of them.
-
-    Returns the sources and a ``failed`` status for each entry point whose name is already taken.
-    """
+    """Every fix on offer, in application order, without importing any of them, and a
+    ``failed`` status for each entry point whose name is already taken."""
     sources = [FixSource.builtin(name, value) for name, value in BUILTIN_FIXES]
     taken = {s.name: s for s in sources}
     problems = []
@@ -66,11 +55,9 @@ def fix_sources() -> tuple[list[FixSource], list[FixStatus]]:
         source = FixSource.third_party(ep)
         first = taken.get(ep.name)
         if first is not None:  # reported under its own label; the first fix keeps the name
-            problems.append(FixStatus(
-                f"{ep.name} (duplicate)", FixState.FAILED,
+            problems.append(FixStatus(f"{ep.name} (duplicate)", FixState.FAILED,
                 f"{source.origin} is not loaded: the fix name {ep.name!r} is already taken by "
-                f"{first.origin}; rename one of the entry points (group {FIXES_GROUP})",
-            ))
+                f"{first.origin}; rename one of the entry points (group {FIXES_GROUP})"))
             continue
         taken[ep.name] = source
         sources.append(source)
@@ -78,9 +65,8 @@ def fix_sources() -> tuple[list[FixSource], list[FixStatus]]:
 
 
 def _entry_points(group: str) -> list[EntryPoint]:
-    """What ``importlib.metadata.entry_points(group=group)`` finds, parsing only the
-    distributions whose ``entry_points.txt`` names ``group`` (the standard call parses every
-    installed distribution's entry points, at every start-up)."""
+    """What ``importlib.metadata.entry_points(group=group)`` finds, parsing the entry points of
+    only the distributions whose ``entry_points.txt`` names ``group``."""
     header = f"[{group}]"
     found: list[EntryPoint] = []
     seen: set[str] = set()
@@ -95,8 +81,7 @@ def _entry_points(group: str) -> list[EntryPoint]:
 
 
 class _PluggyManager(pluggy.PluginManager):
-    """pluggy's manager, looking only at names that can be hooks, as pytest's does: every hook
-    of this project is named ``aiter_ext_*`` (:data:`HOOK_PREFIX`)."""
+    """pluggy's manager, looking only at names starting with :data:`HOOK_PREFIX`."""
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
         if not name.startswith(HOOK_PREFIX):
@@ -107,16 +92,9 @@ class _PluggyManager(pluggy.PluginManager):
 class PluginManager:
     """Typed facade over a :class:`pluggy.PluginManager` for this project's hooks."""
 
-    def __init__(
-        self,
-        sources: Sequence[FixSource] | None = None,
-        *,
-        blocked: Collection[str] = (),
-        problems: Sequence[FixStatus] = (),
-    ) -> None:
-        """Register ``sources`` (default: :func:`fix_sources`), blocking those in ``blocked``."""
-        if sources is None:
-            sources, problems = fix_sources()
+    def __init__(self, sources: Sequence[FixSource], *, blocked: Collection[str] = (),
+                 problems: Sequence[FixStatus] = ()) -> None:
+        """Register ``sources`` (from :func:`fix_sources`), blocking those in ``blocked``."""
         self.pluggy: pluggy.PluginManager = _PluggyManager(NAME)
         self.pluggy.add_hookspecs(spec)
         self._order = [s.name for s in sources]
@@ -130,25 +108,17 @@ class PluginManager:
                 self.pluggy.register(plugin, name=source.name)
                 if not self.pluggy.get_hookcallers(plugin):
                     self.pluggy.unregister(plugin)
-                    raise LookupError(
-                        f"it implements no hook; name its functions after "
-                        f"{' or '.join(_HOOKS)} and mark them with @hookimpl"
-                    )
+                    raise LookupError(f"it implements no hook; name its functions after "
+                                      f"{' or '.join(_HOOKS)} and mark them with @hookimpl")
             except Exception as exc:  # a broken third-party fix must not stop the others
-                self._problems.append(FixStatus(
-                    source.name, FixState.FAILED,
-                    f"cannot load {source.origin}: {type(exc).__name__}: {exc}",
-                ))
+                self._problems.append(FixStatus(source.name, FixState.FAILED,
+                    f"cannot load {source.origin}: {type(exc).__name__}: {exc}"))
         try:
             self.pluggy.check_pending()
         except pluggy.PluginValidationError as exc:
             name = self.pluggy.get_name(exc.plugin) or repr(exc.plugin)
             self.pluggy.unregister(exc.plugin)
             self._problems.append(FixStatus(name, FixState.FAILED, str(exc)))
-
-    def fix_names(self) -> list[str]:
-        """Every fix name on offer, applied or not, in application order."""
-        return list(self._order)
 
     def apply_fixes(self, context: FixContext) -> list[FixStatus]:
         """Run every registered fix once, each isolated from the others' failures."""
@@ -168,7 +138,7 @@ class PluginManager:
 
 def _call_fix(name: str, function: Any, context: FixContext) -> FixStatus:
     def report_as(status: FixStatus) -> None:  # a later outcome is always this fix's
-        context.report(status._replace(name=name) if status.name != name else status)
+        context.report(status._replace(name=name))
 
     try:
         result = function(context=context.with_report(report_as))
@@ -177,19 +147,17 @@ def _call_fix(name: str, function: Any, context: FixContext) -> FixStatus:
         return FixStatus(name, FixState.FAILED, f"{type(exc).__name__}: {exc}")
     if not isinstance(result, FixStatus):
         return FixStatus(name, FixState.FAILED, f"returned {result!r}, not a FixStatus")
-    return result._replace(name=name) if result.name != name else result
+    return result._replace(name=name)
 
 
-_lock = threading.RLock()
 _manager: PluginManager | None = None
 
 
 def install_manager(manager: PluginManager) -> PluginManager:
     """Make ``manager`` the process-wide one (``register()`` does, once, with the switches)."""
     global _manager
-    with _lock:
-        _manager = manager
-        return manager
+    _manager = manager
+    return manager
 
 
 def current_manager() -> PluginManager | None:

@@ -58,12 +58,11 @@ class PoolResize(NamedTuple):
 def aiter_ext_apply_fix(context: FixContext) -> FixStatus:  # type: ignore[empty-body]
     """Probe whether the fix is needed here and apply it; report what happened.
 
-    Called once per process, from ``register()``. Must be idempotent and cheap: sglang loads
-    plugins in the launcher, the engine and every scheduler process. A fix whose work waits for
+    Called once per process, from ``register()``; must be idempotent and cheap (sglang loads
+    plugins in the launcher, the engine and every scheduler process). A fix whose work waits for
     sglang to import a module returns ``pending`` and reports its outcome through
-    ``context.report`` when that happens. Raising is allowed (the manager turns it into a
-    ``failed`` status and carries on with the other fixes), but a fix should prefer to return
-    ``skipped``/``not needed`` with a reason.
+    ``context.report``. Raising is allowed (the fix is then ``failed``; the others still run),
+    but a fix should prefer to return ``skipped``/``not needed`` with a reason.
     """
 
 

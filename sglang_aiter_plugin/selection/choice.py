@@ -1,18 +1,14 @@
 """Choosing ``aiter-ext``: fold it into ``aiter`` at the entry of resolution, record the choice.
 
-The fold runs where every entry point (``launch_server``, ``sglang serve``, ``Engine``) passes
-before the first backend name is read. **0.5.19+**: ``ServerArgs.resolve_once``, which declares
-``attention_backend='aiter'`` (etc.) with sglang's own ``declare_resolution``, as sglang folds its
-deprecated aliases; the pipeline records the raw input first, so ``launch_command`` still shows
-``aiter-ext``. **0.5.11-0.5.18**: resolution *is* ``ServerArgs.__post_init__`` (0.5.15+ reset the
-declarations first), so the wrapper writes the fields before the original runs. Guards run at the
-same point: ``AiterUnavailableError`` where aiter cannot run (before sglang detects devices or
-loads weights), :class:`BackendChoiceError` for a launch that cannot behave like ``aiter``.
+The fold runs where every entry point passes before the first backend name is read:
+``ServerArgs.resolve_once`` (0.5.19+), declaring the fields with sglang's ``declare_resolution``
+so ``launch_command`` still shows ``aiter-ext``; ``ServerArgs.__post_init__`` (0.5.11-0.5.18),
+writing the fields before the original runs. Guards run there too: ``AiterUnavailableError``
+where aiter cannot run, :class:`BackendChoiceError` for a launch that cannot behave like ``aiter``.
 
-The choice then travels, only when made, as :data:`MARKER_ATTR` on the ``ServerArgs`` record
-(pickled to schedulers and draft workers; per record, so two engines in one process do not
-interfere) and as :data:`SELECTED_ENV` (``1``, inherited by ``spawn`` children, for code that
-rebuilds a record from field values). The record wins when it carries the attribute.
+The choice travels, only when made, as :data:`MARKER_ATTR` on the ``ServerArgs`` record (pickled
+to schedulers and draft workers) and as :data:`SELECTED_ENV` (``1``, inherited by ``spawn``
+children); the record wins when it carries the attribute.
 """
 
 from __future__ import annotations
@@ -65,17 +61,15 @@ def record(server_args: Any, selected: bool) -> None:
 
 def is_selected(server_args: Any | None) -> bool:
     """Whether the plugin's classes should stand in for sglang's ``aiter`` classes."""
-    if server_args is not None:
-        value = getattr(server_args, MARKER_ATTR, None)
-        if value is not None:
-            return bool(value == EXT_NAME)
+    value = getattr(server_args, MARKER_ATTR, None)  # None without a record
+    if value is not None:
+        return bool(value == EXT_NAME)
     value = os.environ.get(SELECTED_ENV, "0")
     if value not in ("0", "1"):
         raise SelectionError(
             f"{SELECTED_ENV}={shorten(value)} is not valid; accepted values: 0, 1. The plugin "
             "writes it when it resolves the launch arguments (it is not a switch): unset it, and "
-            "choose the backend with --attention-backend aiter or aiter-ext."
-        )
+            "choose the backend with --attention-backend aiter or aiter-ext.")
     return value == "1"
 
 
@@ -101,14 +95,12 @@ def _check(server_args: Any, named: dict[str, str]) -> None:
         raise BackendChoiceError(
             f"attention backends mix 'aiter-ext' ({', '.join(ext)}) with 'aiter' "
             f"({', '.join(stock)}); sglang-aiter-plugin builds one class for every aiter backend "
-            "of a server. Choose 'aiter-ext' for all of them, or 'aiter' for all of them."
-        )
+            "of a server. Choose 'aiter-ext' for all of them, or 'aiter' for all of them.")
     if getattr(server_args, "use_ray", False):
         raise BackendChoiceError(
             "--attention-backend aiter-ext cannot be used with --use-ray: sglang's Ray scheduler "
             "actors never load plugins, so they would build stock 'aiter' silently. Drop "
-            "--use-ray, or use --attention-backend aiter."
-        )
+            "--use-ray, or use --attention-backend aiter.")
 
 
 def fold(server_args: Any, *, declare: bool) -> list[str]:
@@ -123,14 +115,13 @@ def fold(server_args: Any, *, declare: bool) -> list[str]:
         # before sglang detects devices or loads anything; the message names the flag typed
         backend.require_rocm_host(f"--{folded[0].replace('_', '-')}")
         _check(server_args, named)
-        renamed = dict.fromkeys(folded, STOCK_NAME)
         if declare:
             from sglang.srt.arg_groups.overrides import declare_resolution
 
-            declare_resolution(server_args, SOURCE, **renamed)
+            declare_resolution(server_args, SOURCE, **dict.fromkeys(folded, STOCK_NAME))
         else:
-            for name, value in renamed.items():
-                setattr(server_args, name, value)
+            for name in folded:
+                setattr(server_args, name, STOCK_NAME)
         log(logging.INFO, "sglang-aiter-plugin: resolving %s 'aiter-ext' as 'aiter' (sglang's "
             "aiter configuration, validation and runtime paths); sglang's aiter backends will be "
             "built as the plugin's aiter-ext classes", ", ".join(folded))

@@ -1,35 +1,28 @@
 """Fix ``attention-backend``: ``aiter-ext`` is sglang's ``aiter``, built as the plugin's classes.
 
-Patches (``module:qualname``; the table is :data:`~.sites.TARGETS`):
+Patches (``module:qualname``, wrapped unless noted; the table is :data:`~.sites.TARGETS`):
     * ``sglang.srt.server_args:ATTENTION_BACKEND_CHOICES`` -- ``aiter-ext`` appended, in place;
-    * ``sglang.srt.server_args:ServerArgs.resolve_once`` (0.5.19+) -- wrapped: the fold;
-    * ``sglang.srt.server_args:ServerArgs.__post_init__`` (0.5.11-0.5.18) -- wrapped: the fold;
-    * ``sglang.srt.layers.attention.attention_registry:ATTENTION_BACKENDS['aiter']`` -- wrapped;
+    * ``sglang.srt.server_args:ServerArgs.resolve_once`` (0.5.19+) -- the fold;
+    * ``sglang.srt.server_args:ServerArgs.__post_init__`` (0.5.11-0.5.18) -- the fold;
+    * ``sglang.srt.layers.attention.attention_registry:ATTENTION_BACKENDS['aiter']``;
     * ``sglang.srt.layers.attention.attention_registry:ATTENTION_BACKENDS['aiter-ext']`` --
       added, fails fast when the fold was skipped;
-    * ``sglang.srt.speculative.draft_utils:DraftBackendFactory._create_aiter_prefill_backend``
-      -- wrapped;
-    * ``sglang.srt.speculative.draft_utils:DraftBackendFactory._create_aiter_decode_backend``
-      -- wrapped;
+    * ``sglang.srt.speculative.draft_utils:DraftBackendFactory._create_aiter_prefill_backend``;
+    * ``sglang.srt.speculative.draft_utils:DraftBackendFactory._create_aiter_decode_backend``;
     * ``sglang.srt.layers.attention.aiter_backend:AiterMultiStepDraftBackend.__init__`` -- not
       modified: the plugin's draft class runs a copy of it that builds the plugin's children.
 Why:
     sglang decides by the literal name ``"aiter"`` in many places (28 attention decision points
-    in 0.5.23: the long-context memory fraction, GPT-OSS/Llama-4/Gemma-4 validation, Kimi-K3 DCP,
-    dLLM, the DeepSeek handler registry, the MLA DCP LSE base, fused RoPE on gfx95, the EAGLE/MTP
-    draft factories, the backend stamp model code reads back). A new name silently misses
-    every one of them -- some silently wrong outputs -- or is rejected.
+    in 0.5.23: memory fraction, model validation, DCP, the draft factories, the backend stamp
+    model code reads back...). A new name silently misses every one of them, or is rejected.
 How:
     Two steps (:class:`Steps`), each when sglang imports the module it changes (at once if it
-    already has); while a step that is wanted waits, the fix reports ``pending`` and names it:
-    1. on ``sglang.srt.server_args``: add ``aiter-ext`` to the shared CLI choices list, in place
-       (rebinding the name has no effect from 0.5.20, where the list moved to
-       ``arg_groups/choices.py``), and fold ``aiter-ext`` into ``aiter`` at the entry of
-       resolution, recording the choice (:mod:`.choice`), so every present and
-       future ``"aiter"`` test in sglang sees ``aiter``;
-    2. on the backend registry, where a launch chooses ``aiter-ext``: wrap sglang's three aiter
-       construction sites so they build the plugin's classes only for that choice
-       (:mod:`.sites`); plain ``aiter`` users get the stock classes.
+    already has); while a wanted step waits, the fix reports ``pending`` and names it:
+    1. on ``sglang.srt.server_args``: add ``aiter-ext`` to the CLI choices list in place (from
+       0.5.20 rebinding the name has no effect) and fold ``aiter-ext`` into ``aiter`` at the
+       entry of resolution, recording the choice (:mod:`.choice`);
+    2. on the backend registry, once a launch chooses ``aiter-ext``: wrap sglang's three aiter
+       construction sites to build the plugin's classes for that choice only (:mod:`.sites`).
 Upstream PR:
     None: sglang has no notion of a backend that "is" another backend under a second name.
 Remove when:
@@ -39,6 +32,7 @@ Remove when:
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -55,16 +49,12 @@ from sglang_aiter_plugin.selection.sites import (
     install_construction_sites,
 )
 
-_Step = Callable[[ModuleType], None]
-
 __all__ = ["DONE", "NAME", "Steps", "add_choice", "aiter_ext_apply_fix"]
 
 NAME = "attention-backend"
 DONE = f"`--attention-backend {EXT_NAME}` resolves as 'aiter' and builds the plugin's classes"
-WHAT = {
-    SERVER_ARGS_MODULE: "the CLI choice and the fold",
-    REGISTRY_MODULE: "the backend registry entry and the EAGLE/MTP draft factories",
-}
+WHAT = {SERVER_ARGS_MODULE: "the CLI choice and the fold",
+        REGISTRY_MODULE: "the backend registry entry and the EAGLE/MTP draft factories"}
 
 
 def add_choice(server_args: ModuleType) -> None:
@@ -74,7 +64,7 @@ def add_choice(server_args: ModuleType) -> None:
         choices.append(EXT_NAME)
 
 
-def prepare_server_args_module(server_args: ModuleType) -> None:
+def install_choice_and_fold(server_args: ModuleType) -> None:
     """The choice and the fold: both live on ``sglang.srt.server_args``."""
     add_choice(server_args)
     install_fold(server_args.ServerArgs)
@@ -83,13 +73,11 @@ def prepare_server_args_module(server_args: ModuleType) -> None:
 class Steps:
     """Runs the two steps as sglang imports their modules and keeps the fix's status.
 
-    Step 2 is needed only where a launch chooses ``aiter-ext``. It is armed at start; a resolution
-    without ``aiter-ext`` disarms it while it still waits, so that the import hook
-    (:mod:`sglang_aiter_plugin._post_import`) does not stay in processes that never use it, and a
-    resolution with ``aiter-ext`` (or ``SGLANG_AITER_EXT_SELECTED=1`` inherited from the launcher)
-    arms it again; if the registry is already imported the step runs at once. The status says what
-    is true now: ``pending`` (and which modules) while a wanted step waits, ``applied`` once none
-    does, ``failed`` at the first error; every change after :meth:`start` goes to ``report``.
+    Step 2 is armed at start, disarmed by a resolution without ``aiter-ext`` (so the import hook
+    leaves processes that never use it) and armed again by one with it, or by an inherited
+    ``SGLANG_AITER_EXT_SELECTED=1``. The status is ``pending`` while a wanted step waits,
+    ``applied`` once none does, ``failed`` at the first error; changes after :meth:`start` go to
+    ``report``.
     """
 
     def __init__(self, report: Callable[[FixStatus], None]) -> None:
@@ -99,8 +87,8 @@ class Steps:
         self._failed: str | None = None
         self._sites_wanted = False
         self._last: FixStatus | None = None
-        self._run_fold = self._runner(SERVER_ARGS_MODULE, prepare_server_args_module)
-        self._run_sites = self._runner(REGISTRY_MODULE, install_construction_sites)
+        self._run_fold = functools.partial(self._run, SERVER_ARGS_MODULE, install_choice_and_fold)
+        self._run_sites = functools.partial(self._run, REGISTRY_MODULE, install_construction_sites)
 
     def start(self) -> FixStatus:
         """Install what can be installed now, defer the rest; the status to return now."""
@@ -130,31 +118,27 @@ class Steps:
         with self._lock:
             if REGISTRY_MODULE in self._done:
                 return
-            inherited = os.environ.get(SELECTED_ENV) == "1"
-            self._sites_wanted = wanted or inherited
+            self._sites_wanted = wanted or os.environ.get(SELECTED_ENV) == "1"  # or inherited
         if self._sites_wanted:
             when_imported(REGISTRY_MODULE, self._run_sites)
         else:
             cancel(REGISTRY_MODULE, self._run_sites)
         self._tell()
 
-    def _runner(self, module: str, run: Callable[[ModuleType], None]) -> _Step:
-        def deferred_or_now(imported: ModuleType) -> None:
-            with self._lock:
-                if module in self._done:
-                    return
-                try:
-                    run(imported)
-                except Exception as exc:
-                    self._failed = self._failed or (
-                        f"installing {WHAT[module]} on {module} raised {type(exc).__name__}: "
-                        f"{exc}; --attention-backend {EXT_NAME} will not work"
-                    )
-                else:
-                    self._done.add(module)
-            self._tell()
-
-        return deferred_or_now
+    def _run(self, module: str, step: Callable[[ModuleType], None], imported: ModuleType) -> None:
+        """Run ``step`` on ``module`` (just imported, or already) unless it already ran."""
+        with self._lock:
+            if module in self._done:
+                return
+            try:
+                step(imported)
+            except Exception as exc:
+                self._failed = self._failed or (
+                    f"installing {WHAT[module]} on {module} raised {type(exc).__name__}: "
+                    f"{exc}; --attention-backend {EXT_NAME} will not work")
+            else:
+                self._done.add(module)
+        self._tell()
 
     def _tell(self) -> None:
         """Report a changed status, once :meth:`start` has returned the first one."""

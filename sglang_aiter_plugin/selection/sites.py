@@ -1,12 +1,10 @@
 """sglang's ``aiter`` construction sites, and which class each builds once ``aiter-ext`` is chosen.
 
 :data:`TARGETS` is every sglang symbol the ``attention-backend`` fix touches; those with ``builds``
-construct an aiter backend class (pinned per release by ``tests/selection/audit``), importing it
-from sglang's ``aiter_backend`` when they run. The plugin wraps the three factory functions: when
-:func:`~.choice.is_selected` says ``aiter-ext`` was chosen, the wrapper runs a copy of sglang's own
-function (:func:`~sglang_aiter_plugin._rebind.rebound`) in which that import yields the plugin's
-subclass named in :data:`PLUGIN_CLASSES`; sglang's arguments, stamps (``"aiter"``) and wrappers
-stay sglang's. Without the choice the stock function runs untouched.
+construct an aiter backend class, importing it from sglang's ``aiter_backend`` when they run. When
+:func:`~.choice.is_selected` says ``aiter-ext`` was chosen, the wrapper of each factory runs a copy
+of sglang's function (:func:`~sglang_aiter_plugin._rebind.rebound`) in which that import yields
+the plugin's subclass named in :data:`PLUGIN_CLASSES`; otherwise the stock function runs.
 """
 
 from __future__ import annotations
@@ -22,8 +20,8 @@ from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._rebind import rebound
 from sglang_aiter_plugin.selection.choice import EXT_NAME, STOCK_NAME, is_selected
 
-__all__ = ["AITER_MODULE", "CONSTRUCTION_SITES", "DRAFT_UTILS_MODULE", "PLUGIN_CLASSES",
-           "REGISTRY_MODULE", "SERVER_ARGS_MODULE", "TARGETS", "Target", "UnfoldedSelectionError",
+__all__ = ["AITER_MODULE", "DRAFT_UTILS_MODULE", "PLUGIN_CLASSES", "REGISTRY_MODULE",
+           "SERVER_ARGS_MODULE", "TARGETS", "Target", "UnfoldedSelectionError",
            "build_plugin_classes", "install_construction_sites"]
 
 SERVER_ARGS_MODULE = "sglang.srt.server_args"
@@ -32,10 +30,8 @@ DRAFT_UTILS_MODULE = "sglang.srt.speculative.draft_utils"
 AITER_MODULE = "sglang.srt.layers.attention.aiter_backend"
 
 #: sglang's class a construction site imports -> the plugin's class it builds instead.
-PLUGIN_CLASSES = {
-    "AiterAttnBackend": "AiterExtAttnBackend",
-    "AiterMultiStepDraftBackend": "AiterExtMultiStepDraftBackend",
-}
+PLUGIN_CLASSES = {"AiterAttnBackend": "AiterExtAttnBackend",
+                  "AiterMultiStepDraftBackend": "AiterExtMultiStepDraftBackend"}
 
 
 class Target(NamedTuple):
@@ -71,13 +67,6 @@ TARGETS: tuple[Target, ...] = (
     Target(AITER_MODULE, "AiterMultiStepDraftBackend.__init__",
            "not modified: the plugin's draft class runs a copy building its own children",
            builds="AiterAttnBackend"),
-)
-
-#: (module, qualified name) of every function that constructs an aiter backend class.
-CONSTRUCTION_SITES: frozenset[tuple[str, str]] = frozenset(
-    (t.module, "create_aiter_backend" if t.module == REGISTRY_MODULE else t.qualname)
-    for t in TARGETS
-    if t.builds is not None
 )
 
 _WRAPPED_FLAG = "__sglang_aiter_plugin_factory__"
@@ -125,8 +114,7 @@ def unfolded_backend(runner: Any) -> Any:
         "were resolved before sglang loaded plugins (HttpServerEngineAdapter, benchmark "
         "scripts, a hand-built ServerArgs). Launch with `python -m sglang.launch_server`, "
         "`sglang serve` or `sglang.Engine(...)`, or call sglang.srt.plugins.load_plugins() "
-        "before building ServerArgs."
-    )
+        "before building ServerArgs.")
 
 
 def install_construction_sites(registry: ModuleType) -> None:

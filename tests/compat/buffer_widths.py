@@ -39,11 +39,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from sglang_aiter_plugin import _releases
+
 ROOT = Path(__file__).resolve().parents[2]
 OUT_JSON = ROOT / "tests" / "compat" / "buffer_widths.json"
 OUT_MD = ROOT / "tests" / "compat" / "BUFFER_WIDTHS.md"
-DEFAULT = ["0.5.11", "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15",
-           "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23"]
+DEFAULT = list(_releases.TESTED)
 KINDS = ("upstream", "aiter-ext")
 POOL = 8
 """Request pool P; with the plain configuration the graph maximum is 8 as well (rows are

@@ -95,7 +95,7 @@ def _statuses(manager: PluginManager) -> dict[str, FixStatus]:
 def test_builtin_fixes_come_first_then_third_party_in_entry_point_order() -> None:
     manager = PluginManager([*_builtin_sources(), _third_party("b", "tpf_good"),
                              _third_party("a", "tpf_observer")])
-    assert manager.fix_names() == [*BUILTIN_NAMES, "b", "a"]
+    assert [name for name, _ in manager.pluggy.list_name_plugin()] == [*BUILTIN_NAMES, "b", "a"]
 
 
 @pytest.mark.usefixtures("modules")

@@ -16,7 +16,7 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin import _releases
-from sglang_aiter_plugin.selection.sites import CONSTRUCTION_SITES
+from sglang_aiter_plugin.selection.sites import REGISTRY_MODULE, TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
 AUDIT_DIR = Path(__file__).resolve().parent / "audit"
@@ -84,7 +84,9 @@ def test_the_plugin_covers_every_construction_site(audit: list[str]) -> None:
         # the plugin rebinds the names in aiter_backend; a copy imported elsewhere would escape
         same_module = module == "sglang.srt.layers.attention.aiter_backend"
         assert binding == "local-import" or same_module, line
-    assert sites == set(CONSTRUCTION_SITES)
+    # every target that builds a class; the registry entry is sglang's create_aiter_backend
+    assert sites == {(t.module, "create_aiter_backend" if t.module == REGISTRY_MODULE
+                      else t.qualname) for t in TARGETS if t.builds is not None}
 
 
 def test_the_fold_sits_at_the_first_resolution_step(

@@ -28,9 +28,6 @@ _FUSED = ("self", "input_", "residual_inp_", "weight_", "eps")
 _QUANT = (*_FUSED, "group_size", "emit_bf16")
 _HIDDEN = 128  # a multiple of the per-group quant's group size
 
-
-
-
 ALL_REDUCE = AllReduceCheck("capture-all-reduce", "all-reduce", ledger="""\
 Fix ``capture-all-reduce``: a probe only; sglang's all-reduce already stays unregistered.
 
@@ -40,17 +37,16 @@ Patches:
     ``sglang.srt.distributed.device_communicators.custom_all_reduce:dispatch_custom_allreduce``
     and ``...custom_all_reduce:CustomAllreduce.custom_all_reduce``.
 Why:
-    All-reduce runs in every tensor-parallel layer; registering graph memory under TMS or with
-    aiter's ``enable_register_for_capturing`` off would abort capture like its siblings'. The
-    probe shows that sglang handles it: the coordinator hands the capture to aiter's
-    ``custom_all_reduce`` (which follows the flag), sglang builds aiter's communicator with
-    ``enable_register_for_capturing=not SGLANG_MEMORY_SAVER_CUDA_GRAPH``, and sglang's own HIP
-    communicator captures with ``registered=not tms_cudagraph``. sglang defines no copy-in for
-    all-reduce (``SGLANG_AITER_CAPTURE_COPY_IN`` stages all-gather and reduce-scatter only).
+    Registering graph memory under TMS or with aiter's ``enable_register_for_capturing`` off would
+    abort capture as for the other collectives. sglang handles it: the coordinator hands the
+    capture to aiter's ``custom_all_reduce`` (which follows the flag), builds aiter's communicator
+    with ``enable_register_for_capturing=not SGLANG_MEMORY_SAVER_CUDA_GRAPH``, and its own HIP
+    communicator captures with ``registered=not tms_cudagraph``. There is no copy-in for
+    all-reduce.
 How:
     Three probes under a simulated ROCm capture when sglang imports ``custom_all_reduce``:
     ``not needed`` when TMS and the flag are both honoured, else ``failed`` naming the condition
-    (the plugin has no all-reduce wrapper). Nothing installed.
+    (there is no all-reduce wrapper). Nothing installed.
 Upstream PR:
     None needed.
 Remove when:

@@ -1,19 +1,16 @@
 """How a collective fix decides, what it installs, and what a capture then gets.
 
 A fix (a pluggy plugin object, :class:`Collective`) decides on ROCm only, once sglang has imported
-the module it probes (``parallel_state``: every process that runs collectives has imported it
-before sglang loads plugins; elsewhere the status says ``pending`` until then). Not HIP (sglang's
-``is_hip()``): ``skipped``. A method missing, with other parameters, or never calling aiter:
-``skipped``. The probe (:mod:`.probe`) finds no capture condition ignored: ``not needed``.
-Otherwise one wrapper per such method, set directly on ``GroupCoordinator`` (what sglang's
-``HookRegistry`` does, without its walk over every loaded module for copies, which a method
-defined in a class body does not have): ``applied``.
+``parallel_state`` (``pending`` until then). Not HIP (sglang's ``is_hip()``), a method missing,
+with other parameters, or never calling aiter: ``skipped``. The probe (:mod:`.probe`) finds no
+capture condition ignored: ``not needed``. Otherwise one wrapper per such method, set directly on
+``GroupCoordinator`` (what sglang's ``HookRegistry`` does, without its walk over every loaded
+module): ``applied``.
 
-Every wrapper has one shape: outside the communicator's capture mode it calls sglang's method
-as is (an eager call pays two attribute reads); in capture mode, while the stream really
-captures under a condition sglang ignores (the fix's :class:`Plan`), sglang's method gets the
-coordinator with a *view* of aiter's communicator whose registering call is replaced by its
-unregistered form. Warm-up, piecewise-graph and eager calls stay sglang's own.
+Every wrapper has one shape: outside the communicator's capture mode it calls sglang's method as
+is; while the stream really captures under a condition sglang ignores (the fix's :class:`Plan`),
+sglang's method gets the coordinator with a view of aiter's communicator whose registering call
+is its unregistered form. Warm-up, piecewise-graph and eager calls stay sglang's own.
 """
 
 from __future__ import annotations
@@ -31,6 +28,7 @@ from typing import Any, NamedTuple
 from packaging.version import Version
 
 from sglang_aiter_plugin._post_import import when_imported
+from sglang_aiter_plugin._rebind import Overlay
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.fixes.collectives.probe import (
     COPY_IN_ENV,
@@ -51,8 +49,8 @@ from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
 __all__ = ["CUSTOM_ALL_REDUCE", "MARK", "PARALLEL_STATE", "AllReduceCheck", "Collective",
-           "CollectiveFix", "CommunicatorView", "CoordinatorView", "Decision", "Method", "Plan",
-           "all_gather_unregistered", "fused_quant_unregistered", "fused_unregistered", "install",
+           "CollectiveFix", "Decision", "Method", "Plan", "all_gather_unregistered",
+           "communicator_view", "fused_quant_unregistered", "fused_unregistered", "install",
            "is_installed", "plan_for", "reduce_scatter_unregistered"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
@@ -101,34 +99,11 @@ _FUSED_FORMS = {
 _taken: set[str] = set()  # the fused forms this process took (each is logged once)
 
 
-class CoordinatorView:
-    """The coordinator with ``ca_comm`` replaced by a communicator view."""
-
-    __slots__ = ("_coordinator", "ca_comm")
-
-    def __init__(self, coordinator: Any, communicator: Any) -> None:
-        self._coordinator = coordinator
-        self.ca_comm = communicator
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._coordinator, name)
-
-
-class CommunicatorView:
-    """aiter's communicator, except that each registering call named in ``forms`` is replaced by
-    its unregistered form, ``forms[name](communicator, *args, **kwargs)``. Every other attribute,
-    and whether it exists, is the real communicator's."""
-
-    __slots__ = ("_comm", "_forms")
-
-    def __init__(self, communicator: Any, forms: Mapping[str, Callable[..., Any]]) -> None:
-        self._comm = communicator
-        self._forms = forms
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._comm, name)  # a missing attribute stays missing
-        form = self._forms.get(name)
-        return value if form is None else functools.partial(form, self._comm)
+def communicator_view(communicator: Any, forms: Mapping[str, Callable[..., Any]]) -> Overlay:
+    """aiter's communicator, except that each registering call named in ``forms`` (that it has)
+    is its unregistered form, ``forms[name](communicator, *args, **kwargs)``."""
+    return Overlay(communicator, {name: functools.partial(form, communicator)
+                                  for name, form in forms.items() if hasattr(communicator, name)})
 
 
 def reduce_scatter_unregistered(comm: Any, inp: Any, out: Any, *args: Any, **kwargs: Any) -> Any:
@@ -194,12 +169,9 @@ def is_installed(cls: type, name: str) -> bool:
 
 def install(cls: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
             fix: str) -> bool:
-    """Put ``wrap(current)`` on ``cls.name``; ``True`` if installed now, ``False`` if already.
-
-    The wrapper keeps ``__wrapped__`` (the probes reach sglang's function through it) and the
-    method's name and docstring. Other plugins' ``HookRegistry`` hooks still apply: sglang runs
-    them after every plugin's ``register()``, on what the class holds then. Raises ``TypeError``
-    if ``cls.name`` is not a plain function."""
+    """Put ``wrap(current)`` on ``cls.name`` (with ``__wrapped__``, through which the probes reach
+    sglang's function); ``True`` if installed now, ``False`` if already. Raises ``TypeError`` if
+    ``cls.name`` is not a plain function. Other plugins' ``HookRegistry`` hooks still apply."""
     with _lock:
         current = vars(cls)[name]
         if is_installed(cls, name):
@@ -304,7 +276,7 @@ class Collective(CollectiveFix):
 
         if not torch.cuda.is_current_stream_capturing():
             return coordinator
-        return CoordinatorView(coordinator, CommunicatorView(communicator, self.forms))
+        return Overlay(coordinator, {"ca_comm": communicator_view(communicator, self.forms)})
 
     def wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """The wrapper for one of :attr:`methods` (the module docstring)."""

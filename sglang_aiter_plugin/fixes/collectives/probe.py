@@ -1,15 +1,11 @@
 """Probe what an installed sglang method hands aiter's communicator during a stream capture.
 
-Three *capture conditions* (:class:`Condition`) make registering the caller's tensors during a
-full CUDA-graph capture unsafe. :func:`probe` runs sglang's own method (below any wrapper) under
-a simulated ROCm capture with no condition, then each alone; each run must make exactly one call
-on :class:`CaptureCommunicator`, which records whether it registers. The conditions under which
-the method still registers are what a fix must add.
-
-The simulation changes nothing sglang, torch or ``os.environ`` holds: it runs a copy of the
-method (:func:`sglang_aiter_plugin._rebind.rebound`) whose module globals answer a HIP (gfx95)
-host, aiter's collectives wanted, no deterministic or 1-stage all-reduce, no piecewise graph,
-the stream capturing, TMS and copy-in as asked. A fall-back to a non-AITER collective
+:func:`probe` runs sglang's own method (below any wrapper) under a simulated ROCm capture with no
+*capture condition* (:class:`Condition`), then with each alone; each run must make exactly one
+call on :class:`CaptureCommunicator`, which records whether it registers. The conditions under
+which the method still registers are what a fix must add. The simulation is a copy of the method
+(:func:`~sglang_aiter_plugin._rebind.rebound`) whose globals answer a capturing HIP (gfx95) host:
+nothing sglang, torch or ``os.environ`` holds changes. A fall-back to a non-AITER collective
 (``torch.distributed``, ``all_gather_single``) raises :class:`NotAiterPath` instead.
 """
 
@@ -23,12 +19,11 @@ from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 from sglang_aiter_plugin._errors import AiterExtError
-from sglang_aiter_plugin._rebind import rebound
+from sglang_aiter_plugin._rebind import Overlay, rebound
 
 __all__ = ["AITER_MODULE", "COPY_IN_ENV", "TMS_ENV", "CaptureCommunicator", "Condition",
            "Invoke", "NotAiterPath", "ProbeError", "ProbeResult", "below_wrappers", "calling_with",
-           "factory_flag",
-           "own_class_registers", "parameters", "probe", "simulated"]
+           "factory_flag", "own_class_registers", "parameters", "probe", "simulated"]
 
 TMS_ENV = "SGLANG_MEMORY_SAVER_CUDA_GRAPH"
 COPY_IN_ENV = "SGLANG_AITER_CAPTURE_COPY_IN"
@@ -133,17 +128,6 @@ def _fixed_env(value: Any) -> Any:
                            is_set=lambda: value is not _UNSET)
 
 
-class _View:
-    """``real`` except for the attributes given."""
-
-    def __init__(self, real: Any, **fixed: Any) -> None:
-        self._real = real
-        self.__dict__.update(fixed)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-
 def _refuse(what: str) -> Callable[..., Any]:
     def refused(*args: Any, **kwargs: Any) -> Any:
         raise NotAiterPath(what)
@@ -171,8 +155,8 @@ def _fixed_names(fn: Callable[..., Any], *, tms: bool, copy_in: bool) -> dict[st
                   "SGLANG_USE_AITER_AG": True, "SGLANG_USE_1STAGE_ALLREDUCE": _UNSET,
                   "SGLANG_ENABLE_DETERMINISTIC_INFERENCE": False,
                   "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": False}
-    envs = _View(real_envs, **{name: _fixed_env(value) for name, value in fixed_envs.items()})
-    cuda = _View(real_torch.cuda, is_current_stream_capturing=lambda: True)
+    envs = Overlay(real_envs, {name: _fixed_env(value) for name, value in fixed_envs.items()})
+    cuda = Overlay(real_torch.cuda, {"is_current_stream_capturing": lambda: True})
     return {
         "is_hip": lambda: True, "_is_hip": True, "_is_cuda": False, "_is_musa": False,
         "is_gfx95_supported": lambda: True, "_use_amd_deterministic_impl": lambda: False,
@@ -180,7 +164,8 @@ def _fixed_names(fn: Callable[..., Any], *, tms: bool, copy_in: bool) -> dict[st
         "is_in_piecewise_cuda_graph": lambda: False,
         "get_bool_env_var": lambda name, default="false": name == "SGLANG_USE_AITER_AR",
         "envs": envs,
-        "torch": _View(real_torch, cuda=cuda, distributed=_Refusing("torch.distributed")),
+        "torch": Overlay(real_torch, {"cuda": cuda,
+                                      "distributed": _Refusing("torch.distributed")}),
         "all_gather_single": _refuse("all_gather_single"),
         "logger": _SILENT,
         "_AITER_CAPTURE_COPY_IN": copy_in,
@@ -189,11 +174,8 @@ def _fixed_names(fn: Callable[..., Any], *, tms: bool, copy_in: bool) -> dict[st
 
 def simulated(fn: Callable[..., Any], *, tms: bool, copy_in: bool,
               aiter_names: Mapping[str, Any] | None = None) -> Callable[..., Any]:
-    """A copy of sglang's ``fn`` that sees a ROCm host capturing a CUDA graph.
-
-    ``aiter_names``: what ``from aiter.dist.device_communicators.custom_all_reduce import ...``
-    inside ``fn`` gives (aiter itself is never imported).
-    """
+    """A copy of sglang's ``fn`` that sees a ROCm host capturing a CUDA graph; ``aiter_names``:
+    what ``from aiter.dist.device_communicators.custom_all_reduce import ...`` in it gives."""
     names = _fixed_names(fn, tms=tms, copy_in=copy_in)
     if aiter_names:
         return rebound(fn, {**names, **aiter_names}, module=AITER_MODULE, strict=False)
@@ -249,10 +231,7 @@ class ProbeResult(NamedTuple):
 
 
 def below_wrappers(cls: type, name: str) -> Callable[..., Any]:
-    """sglang's own function for ``cls.name``, below any wrapper (the plugin's, a HookRegistry's).
-
-    Raises ``AttributeError`` when the class has no such attribute.
-    """
+    """sglang's own function for ``cls.name``, below any wrapper (``AttributeError`` if none)."""
     raw = inspect.getattr_static(cls, name)
     if isinstance(raw, (staticmethod, classmethod)):
         raw = raw.__func__
@@ -269,10 +248,8 @@ def parameters(cls: type, name: str) -> tuple[str, ...]:
 
 def probe(cls: type, name: str, invoke: Invoke) -> ProbeResult:
     """Run sglang's ``cls.name`` under a simulated capture with each condition (module doc).
-
-    Raises :class:`NotAiterPath` when it takes no AITER collective, :class:`ProbeError` when it
-    behaves unlike any known release, ``AttributeError`` when it does not exist.
-    """
+    Raises :class:`NotAiterPath` (no AITER collective), :class:`ProbeError` (unlike any known
+    release) or ``AttributeError`` (no such method)."""
     own = below_wrappers(cls, name)  # AttributeError / ProbeError before anything runs
     # (tms, copy_in, communicator flag) per run: no condition, then each condition alone
     runs = {None: (False, False, True), Condition.TMS: (True, False, True),

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from sglang_aiter_plugin._rebind import Overlay
 from sglang_aiter_plugin.fixes.collectives import (
     ALL_GATHER,
     FUSED_AR_RMSNORM,
@@ -17,9 +18,8 @@ from sglang_aiter_plugin.fixes.collectives import (
 from sglang_aiter_plugin.fixes.collectives.fix import (
     MARK,
     Collective,
-    CommunicatorView,
-    CoordinatorView,
     Plan,
+    communicator_view,
     install,
     is_installed,
     plan_for,
@@ -39,15 +39,15 @@ X, W = torch.ones((1, 128)), torch.ones(128)
 
 
 def reduce_scatter_view(comm: Any) -> Any:
-    return CommunicatorView(comm, REDUCE_SCATTER.forms)
+    return communicator_view(comm, REDUCE_SCATTER.forms)
 
 
 def all_gather_view(comm: Any) -> Any:
-    return CommunicatorView(comm, ALL_GATHER.forms)
+    return communicator_view(comm, ALL_GATHER.forms)
 
 
 def fused_view(comm: Any) -> Any:
-    return CommunicatorView(comm, FUSED_AR_RMSNORM.forms)
+    return communicator_view(comm, FUSED_AR_RMSNORM.forms)
 ALL = tuple(Condition)
 
 
@@ -173,7 +173,7 @@ def test_views_answer_hasattr_as_the_communicator_does(view: Any) -> None:
 
 def test_coordinator_view_replaces_only_the_communicator() -> None:
     coordinator = type("Coordinator", (), {"world_size": 2, "ca_comm": "real"})()
-    view = CoordinatorView(coordinator, "view")
+    view = Overlay(coordinator, {"ca_comm": "view"})
     assert view.ca_comm == "view"
     assert view.world_size == 2
 
@@ -194,7 +194,7 @@ def test_the_view_goes_only_to_a_real_stream_capture_that_must_not_register(
     _with_plan(REDUCE_SCATTER, Plan(copy_in=unsafe), monkeypatch)
     coordinator = object()
     got = REDUCE_SCATTER.coordinator_for(coordinator, RecordingCommunicator(capturing=True))
-    assert ("view" if isinstance(got, CoordinatorView) else "self") == wanted
+    assert ("view" if isinstance(got, Overlay) else "self") == wanted
 
 
 def test_a_fix_without_a_plan_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,13 +61,21 @@ class Output:
     cached_tokens: int
 
 
+PORT_RANGE = range(10000, 21700)
+"""Where the server's ``--port`` is drawn: below sglang's own choice of NCCL ports (22000-29999)
+and the kernel's ephemeral ports (32768 up, which any client socket may hold), with the ports
+sglang derives from it in the same band (0.5.11's gRPC port is ``port + 10000``)."""
+DERIVED = (0, 13, *range(233, 241))
+"""Offsets from ``--port`` that sglang binds under DP attention: its handshake (+13) and the
+TCP ports of its processes (+233 up)."""
+
+
 def _free_port() -> int:
-    """A free port below 50000: sglang derives others from it (0.5.11's gRPC port adds 10000
-    and must stay below 65536)."""
+    """A ``--port`` in :data:`PORT_RANGE` with every port sglang derives from it free."""
     rng = random.Random()
     while True:
-        port = rng.randrange(20000, 50000)
-        if _port_free(port):
+        port = rng.randrange(PORT_RANGE.start, PORT_RANGE.stop)
+        if all(_port_free(port + d) for d in DERIVED):
             return port
 
 

@@ -16,7 +16,6 @@ from sglang_aiter_plugin.fixes.collectives.fix import (
     Collective,
     Method,
     all_gather_unregistered,
-    fused_quant_unregistered,
     fused_unregistered,
     reduce_scatter_unregistered,
 )
@@ -116,8 +115,11 @@ Remove when:
 FUSED_AR_RMSNORM = Collective(
     "capture-fused-ar-rmsnorm", "fused all-reduce+RMSNorm",
     invoke=calling_with((1, _HIDDEN), (1, _HIDDEN), (_HIDDEN,), then=(1e-6,)),
-    forms={"custom_fused_ar_rms": fused_unregistered,
-           "custom_fused_ar_rms_per_group_quant": fused_quant_unregistered},
+    forms={"custom_fused_ar_rms": fused_unregistered(
+               "fused_ar_rms", "use_1stage", "out_hidden_dim", "gemma_norm"),
+           "custom_fused_ar_rms_per_group_quant": fused_unregistered(
+               "fused_ar_rms_per_group_quant", "group_size", "use_1stage", "emit_bf16",
+               "transpose_scale")},
     methods=(
         Method("fused_allreduce_rmsnorm", (_FUSED,)),
         Method("fused_allreduce_rmsnorm_quant_per_group", (_QUANT, (*_QUANT, "transpose_scale")),

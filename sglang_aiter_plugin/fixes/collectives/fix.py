@@ -50,7 +50,7 @@ from sglang_aiter_plugin.plugin.spec import FixContext
 
 __all__ = ["CUSTOM_ALL_REDUCE", "MARK", "PARALLEL_STATE", "AllReduceCheck", "Collective",
            "CollectiveFix", "Decision", "Method", "Plan", "all_gather_unregistered",
-           "communicator_view", "fused_quant_unregistered", "fused_unregistered", "install",
+           "communicator_view", "fused_unregistered", "install",
            "is_installed", "plan_for", "reduce_scatter_unregistered"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
@@ -132,26 +132,21 @@ def _fused_form(comm: Any, inp: Any, method: str) -> Callable[..., Any] | None:
     return unregistered
 
 
-def fused_unregistered(comm: Any, input: Any, residual_inp: Any, weight: Any, eps: float,
-                       use_1stage: bool = False, **kwargs: Any) -> Any:
-    """``fused_ar_rms(..., registered=False)`` in place of ``custom_fused_ar_rms``."""
-    fused = _fused_form(comm, input, "fused_ar_rms")
-    if fused is None:
-        return None
-    return fused(input, residual_inp, w=weight, eps=eps, registered=False,
-                 use_1stage=use_1stage, **kwargs)
+def fused_unregistered(method: str, *names: str) -> Callable[..., Any]:
+    """A fused call's form that registers nothing: ``comm.method(..., registered=False)`` (aiter's
+    ``fused_ar_rms[_per_group_quant]``), the arguments after ``eps`` passed by their ``names``."""
 
+    def unregistered(comm: Any, input: Any, residual_inp: Any, weight: Any, eps: float,
+                     *rest: Any, **kwargs: Any) -> Any:
+        if len(rest) > len(names):
+            raise TypeError(f"{method}: {len(rest)} arguments after eps; it takes {names}")
+        fused = _fused_form(comm, input, method)
+        if fused is None:
+            return None
+        return fused(input, residual_inp, w=weight, eps=eps, registered=False,
+                     **dict(zip(names, rest, strict=False)), **kwargs)
 
-def fused_quant_unregistered(comm: Any, input: Any, residual_inp: Any, weight: Any, eps: float,
-                             group_size: int = 128, use_1stage: bool = False,
-                             **kwargs: Any) -> Any:
-    """``fused_ar_rms_per_group_quant(..., registered=False)`` in place of
-    ``custom_fused_ar_rms_per_group_quant``."""
-    fused = _fused_form(comm, input, "fused_ar_rms_per_group_quant")
-    if fused is None:
-        return None
-    return fused(input, residual_inp, w=weight, eps=eps, group_size=group_size,
-                 registered=False, use_1stage=use_1stage, **kwargs)
+    return unregistered
 
 
 _lock = threading.Lock()

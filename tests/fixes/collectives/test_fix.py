@@ -139,6 +139,13 @@ def test_fused_view_takes_the_unregistered_form_and_logs_it_once(logged: Any) ->
         "communicator's unregistered form (registered=False)"]
 
 
+def test_fused_view_refuses_more_arguments_than_aiter_takes(logged: Any) -> None:
+    comm = RecordingCommunicator(capturing=True)
+    with pytest.raises(TypeError, match="fused_ar_rms: 4 arguments after eps"):
+        fused_view(comm).custom_fused_ar_rms(X, X, W, 1e-6, True, 0, False, "a fourth")
+    assert comm.calls == []
+
+
 def test_fused_view_gives_none_without_the_unregistered_form(logged: Any) -> None:
     comm = CommunicatorWithoutUnregisteredFused(capturing=True)
     view = fused_view(comm)

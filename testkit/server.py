@@ -62,12 +62,12 @@ class Output:
 
 
 PORT_RANGE = range(10000, 21700)
-"""Where the server's ``--port`` is drawn: below sglang's own choice of NCCL ports (22000-29999)
-and the kernel's ephemeral ports (32768 up, which any client socket may hold), with the ports
-sglang derives from it in the same band (0.5.11's gRPC port is ``port + 10000``)."""
-DERIVED = (0, 13, *range(233, 241))
-"""Offsets from ``--port`` that sglang binds under DP attention: its handshake (+13) and the
-TCP ports of its processes (+233 up)."""
+"""Where the server's ``--port`` is drawn: below sglang's own NCCL ports (22000-29999), and with
+every port in :data:`DERIVED` below the kernel's ephemeral ports (32768 up, where any client
+socket may sit)."""
+DERIVED = (0, 13, *range(233, 241), 10000)
+"""Offsets from ``--port`` that sglang binds: DP attention's handshake (+13), its processes' TCP
+ports (+233 up) and 0.5.11's gRPC port (+10000)."""
 
 
 def _free_port() -> int:

@@ -144,6 +144,7 @@ def test_fused_view_refuses_more_arguments_than_aiter_takes(logged: Any) -> None
     with pytest.raises(TypeError, match="fused_ar_rms: 4 arguments after eps"):
         fused_view(comm).custom_fused_ar_rms(X, X, W, 1e-6, True, 0, False, "a fourth")
     assert comm.calls == []
+    assert logged() == []  # refused before any form was taken
 
 
 def test_fused_view_gives_none_without_the_unregistered_form(logged: Any) -> None:

@@ -1,11 +1,8 @@
 """``AiterExtAttnBackend`` and ``AiterExtMultiStepDraftBackend``: sglang's AITER backends with
-their per-batch buffers in one :class:`~.pool.BufferPool` each (imports sglang's aiter backend).
-
-At construction each finds its per-batch buffers (:func:`discover`), pools them at the largest
-batch sglang can send on any path (:mod:`.capacity`) and binds every holder to the pool; graph
-set-up (:class:`PooledGraphState`) makes rows and widths right before the first capture. The
-metadata and forward methods are upstream's own, except where upstream's graph metadata leaves a
-buffer wrong (``backend.DEFECTS``) and where ``SGLANG_AITER_EXT_BOUNDS_CHECK=1`` asks for the check.
+their per-batch buffers in one :class:`~.pool.BufferPool` each, sized at construction for the
+largest batch on any path (:mod:`.capacity`); graph set-up (:class:`PooledGraphState`) makes rows
+and widths right before the first capture. Everything else is upstream's own, except where its
+graph metadata leaves a buffer wrong (``backend.DEFECTS``) or the bounds check is asked for.
 """
 
 from __future__ import annotations
@@ -122,8 +119,7 @@ def discover(
 
 
 def _batch_reader(method: Callable[..., Any], name: str, why: str) -> Callable[..., Any]:
-    """``read(args, kw)``: the batch a graph metadata call describes, from its ``bs, ...``
-    arguments or its ``forward_batch`` (0.5.18+)."""
+    """``read(args, kw)``: the batch a graph metadata call describes (``bs``, ``forward_batch``)."""
     params = list(inspect.signature(method).parameters)
     if "bs" not in params and "forward_batch" not in params:
         raise RuntimeError(
@@ -146,8 +142,8 @@ def _batch_reader(method: Callable[..., Any], name: str, why: str) -> Callable[.
 def _shadow(backend: Any, marker: str, why: str, *,
             before: Callable[[str, Any], None] | None = None,
             after: Callable[[Any], None] | None = None) -> None:
-    """Wrap each graph metadata method of this instance (not the class) once per ``marker``:
-    ``before(name, batch)`` runs ahead of upstream's method, ``after(batch)`` behind it."""
+    """Wrap each graph metadata method of this instance once per ``marker`` with ``before(name,
+    batch)`` and ``after(batch)`` around upstream's method."""
     for name in METADATA_METHODS:
         method = getattr(backend, name, None)
         if method is not None and not getattr(method, marker, False):
@@ -178,10 +174,9 @@ def is_checked(method: Any) -> bool:
 
 
 def install_bounds_check(backend: Any, capacity: int, extra_per_row: int = 0) -> list[str]:
-    """Check every graph metadata call of ``backend`` before upstream's code runs: raise
-    :class:`BatchTooLargeError` for more rows than ``capacity``, or more entries (``seq_lens_sum``
-    x ``topk`` + ``extra_per_row`` per row) than a row of ``cuda_graph_kv_indices`` holds.
-    Returns the names checked; idempotent."""
+    """Before upstream's graph metadata runs, raise :class:`BatchTooLargeError` for more rows than
+    ``capacity`` or more entries (``seq_lens_sum`` x ``topk`` + ``extra_per_row`` a row) than a
+    row of ``cuda_graph_kv_indices`` holds; returns the names checked; idempotent."""
     owner = type(backend).__name__
 
     def check(name: str, batch: Any) -> None:
@@ -246,8 +241,7 @@ def _install_page_table_fill(backend: Any) -> None:
 
 
 def _tell_observers(pool: BufferPool, owner: Any, old: int, reason: str) -> None:
-    """Call the ``aiter_ext_pool_resized`` hook; the pool is already right, so an observer that
-    raises is only logged."""
+    """Call the ``aiter_ext_pool_resized`` hook; an observer that raises is only logged."""
     from sglang_aiter_plugin.plugin.manager import current_manager
     from sglang_aiter_plugin.plugin.spec import PoolResize
 
@@ -264,8 +258,7 @@ def _tell_observers(pool: BufferPool, owner: Any, old: int, reason: str) -> None
 def _widen(owner: Any, name: str, need: int, known: dict[int, str], multiple_of: int = 1,
            leading: tuple[int, ...] = ()) -> bool:
     """Give ``owner.name`` ``need`` zeroed entries (per leading row) where upstream left fewer in
-    a layout in ``known`` (entries -> releases); return whether it did. Fewer in another layout
-    stops graph set-up by name."""
+    a ``known`` layout (entries -> releases); return whether it did; raise for an unknown one."""
     buffer: torch.Tensor = getattr(owner, name)
     have = int(buffer.shape[-1]) if leading else int(buffer.numel())
     if have >= need:
@@ -286,10 +279,9 @@ def _widen(owner: Any, name: str, need: int, known: dict[int, str], multiple_of:
 
 
 class PooledGraphState:
-    """Mixin before sglang's backend class. ``init_cuda_graph_state`` (once, before any capture):
-    read ``SGLANG_AITER_EXT_BOUNDS_CHECK``; grow the pool to ``max_bs`` rows and tell the
-    observers; run upstream's set-up; right what it leaves wrong beyond the rows
-    (:meth:`_after_upstream`); verify every binding; freeze the pool; install the bounds check."""
+    """Mixin before sglang's backend class: ``init_cuda_graph_state`` grows the pool to ``max_bs``
+    (telling the observers), runs upstream's set-up, rights what it leaves wrong beyond the rows,
+    verifies every binding, freezes the pool and installs the bounds check if asked for."""
 
     buffer_pool: BufferPool
 
@@ -365,9 +357,8 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
             )
 
     def _after_upstream(self, max_bs: int, max_num_tokens: int, lent: bool) -> None:
-        """Widen ``cuda_graph_kv_indices`` (``kv-indices-per-page``, ``verify-draft-slack``; a
-        lent one is its owner's) and ``cuda_graph_custom_mask`` (``verify-custom-mask``); fill the
-        unified page table at page size 1 (``unified-page-table``)."""
+        """Widen ``cuda_graph_kv_indices`` (unless lent) and ``cuda_graph_custom_mask``; fill the
+        unified page table at page size 1 (the defects named in ``_fixed``)."""
         context, page = int(self.max_context_len), int(self.page_size)
         blocks, drafts = -(-context // page), int(getattr(self, "num_draft_tokens", None) or 0)
         need = kv_indices_entries(self, max_bs)
@@ -422,8 +413,8 @@ class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend
         return int(self.speculative_num_steps)  # each step appends one token per sequence
 
     def _after_upstream(self, max_bs: int, max_num_tokens: int, lent: bool) -> None:
-        """Widen each step's row of ``cuda_graph_kv_indices`` by the steps' appended tokens
-        (``draft-kv-indices-steps``) and hand every child its new row."""
+        """Widen each step's row of ``cuda_graph_kv_indices`` by the steps' appended tokens and
+        hand every child its new row."""
         topk, steps, context = int(self.topk), int(self.speculative_num_steps), int(
             self.max_context_len)
         page = int(self.attn_backends[0].page_size) if self.attn_backends else 1

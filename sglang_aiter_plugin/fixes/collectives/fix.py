@@ -1,16 +1,12 @@
 """How a collective fix decides, what it installs, and what a capture then gets.
 
-A fix (a pluggy plugin object, :class:`Collective`) decides on ROCm only, once sglang has imported
-``parallel_state`` (``pending`` until then). Not HIP (sglang's ``is_hip()``), a method missing,
-with other parameters, or never calling aiter: ``skipped``. The probe (:mod:`.probe`) finds no
-capture condition ignored: ``not needed``. Otherwise one wrapper per such method, set directly on
-``GroupCoordinator`` (what sglang's ``HookRegistry`` does, without its walk over every loaded
-module): ``applied``.
-
-Every wrapper has one shape: outside the communicator's capture mode it calls sglang's method as
-is; while the stream really captures under a condition sglang ignores (the fix's :class:`Plan`),
-sglang's method gets the coordinator with a view of aiter's communicator whose registering call
-is its unregistered form. Warm-up, piecewise-graph and eager calls stay sglang's own.
+A fix (:class:`Collective`, a pluggy plugin object) decides on ROCm only, once sglang has imported
+``parallel_state`` (``pending`` until then): ``skipped`` off HIP or where a method is missing,
+changed or never calls aiter; ``not needed`` where the probe (:mod:`.probe`) finds no capture
+condition ignored; else ``applied``, with one wrapper per such method set on ``GroupCoordinator``.
+Outside the communicator's capture mode a wrapper calls sglang's method as is; while the stream
+captures under a condition sglang ignores (:class:`Plan`), the method gets a view of aiter's
+communicator whose registering call is its unregistered form.
 """
 
 from __future__ import annotations
@@ -61,10 +57,8 @@ logger = logging.getLogger("sglang_aiter_plugin")
 
 
 class Plan(NamedTuple):
-    """What a wrapper checks during a stream capture: only the conditions sglang ignores.
-    ``copy_in``: ``SGLANG_AITER_CAPTURE_COPY_IN=1`` at start-up, ignored by sglang; ``tms``:
-    sglang's ``envs.SGLANG_MEMORY_SAVER_CUDA_GRAPH`` (read per call) if ignored; ``comm_flag``:
-    sglang ignores the communicator's ``enable_register_for_capturing``."""
+    """The conditions sglang ignores, as a wrapper checks them during a capture: ``copy_in``
+    (read at start-up), ``tms`` (sglang's ``envs`` field, read per call), ``comm_flag``."""
 
     copy_in: bool = False
     tms: Any = None
@@ -81,8 +75,7 @@ class Plan(NamedTuple):
 
 def plan_for(ignored: tuple[Condition, ...], envs: Any,
              environ: Mapping[str, str] | None = None) -> Plan:
-    """The plan for the conditions the installed sglang ignores (``envs``: sglang's ``envs``).
-    Copy-in follows sglang's own rule (exactly ``"1"``) and, like sglang, is read once."""
+    """The plan for the conditions sglang ignores; copy-in as sglang reads it (once, ``"1"``)."""
     env = os.environ if environ is None else environ
     return Plan(
         copy_in=Condition.COPY_IN in ignored and env.get(COPY_IN_ENV, "0") == "1",
@@ -118,9 +111,8 @@ def all_gather_unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def _fused_form(comm: Any, inp: Any, method: str) -> Callable[..., Any] | None:
-    """The fused call's unregistered form ``method`` (the one sglang's own piecewise-graph
-    branch uses), or ``None`` (sglang's "fusion unavailable": it then runs its unfused
-    all-reduce and RMSNorm) where aiter's own gate says no or the communicator lacks it."""
+    """The fused call's unregistered form ``method`` (as sglang's piecewise-graph branch uses),
+    or ``None`` ("fusion unavailable") where aiter's gate says no or the communicator lacks it."""
     if comm.disabled or not comm.should_custom_ar(inp):
         return None  # aiter's own answer for this input
     unregistered = getattr(comm, method, None)
@@ -164,9 +156,8 @@ def is_installed(cls: type, name: str) -> bool:
 
 def install(cls: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
             fix: str) -> bool:
-    """Put ``wrap(current)`` on ``cls.name`` (with ``__wrapped__``, through which the probes reach
-    sglang's function); ``True`` if installed now, ``False`` if already. Raises ``TypeError`` if
-    ``cls.name`` is not a plain function. Other plugins' ``HookRegistry`` hooks still apply."""
+    """Put ``wrap(current)`` (with ``__wrapped__``) on ``cls.name``; ``True`` if installed now,
+    ``False`` if already; ``TypeError`` if ``cls.name`` is not a plain function."""
     with _lock:
         current = vars(cls)[name]
         if is_installed(cls, name):
@@ -184,9 +175,8 @@ def where(version: Version | None) -> str:
 
 
 class CollectiveFix:
-    """A collective fix as a pluggy plugin: ``name`` (its status, ``SGLANG_AITER_EXT_DISABLE``),
-    ``title`` (the collective, in statuses) and its ledger as ``__doc__``. It decides on ROCm
-    once sglang has imported :attr:`waits_for`, in :meth:`decide_now`."""
+    """A collective fix as a pluggy plugin (its ledger as ``__doc__``; ``title``: the collective,
+    in statuses); it decides on ROCm once sglang has imported :attr:`waits_for`."""
 
     waits_for = PARALLEL_STATE
 
@@ -229,8 +219,8 @@ class CollectiveFix:
 
 
 class Method(NamedTuple):
-    """A ``GroupCoordinator`` method a fix wraps: the parameter lists the wrapper is known to
-    suit; ``optional``: missing in some releases without making the fix ``skipped``."""
+    """A ``GroupCoordinator`` method a fix wraps, the parameter lists it suits; ``optional``:
+    missing in some releases without making the fix ``skipped``."""
 
     name: str
     signatures: tuple[tuple[str, ...], ...]
@@ -238,8 +228,7 @@ class Method(NamedTuple):
 
 
 class Decision(NamedTuple):
-    """A fix's status, the conditions sglang ignores (which the wrappers add) and the methods to
-    wrap (empty unless ``applied``)."""
+    """A fix's status, the conditions sglang ignores and the methods to wrap (if ``applied``)."""
 
     status: FixStatus
     ignored: tuple[Condition, ...] = ()
@@ -247,10 +236,8 @@ class Decision(NamedTuple):
 
 
 class Collective(CollectiveFix):
-    """A fix that wraps ``methods`` (each probed with ``invoke``) where sglang ignores a capture
-    condition; a capture that must not register hands sglang's method a view of aiter's
-    communicator with the unregistered ``forms``. ``how``: what the wrapper does (for the
-    ``applied`` status); ``plan``: what the wrappers check, set when they are installed."""
+    """Wraps ``methods`` (each probed with ``invoke``) where sglang ignores a capture condition,
+    with the unregistered ``forms``; ``how``: for the ``applied`` status."""
 
     def __init__(self, name: str, title: str, *, invoke: Invoke,
                  forms: Mapping[str, Callable[..., Any]], methods: tuple[Method, ...], how: str,
@@ -346,8 +333,7 @@ class Collective(CollectiveFix):
 
 
 class AllReduceCheck(CollectiveFix):
-    """The all-reduce fix: probes only, when sglang imports ``custom_all_reduce`` (when it builds
-    its first group coordinator, before any capture); its ledger says what and why."""
+    """The all-reduce fix: probes only, when sglang imports ``custom_all_reduce`` (its ledger)."""
 
     waits_for = CUSTOM_ALL_REDUCE
     out_place = "_all_reduce_out_place"

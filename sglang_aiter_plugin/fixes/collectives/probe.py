@@ -1,12 +1,11 @@
 """Probe what an installed sglang method hands aiter's communicator during a stream capture.
 
-:func:`probe` runs sglang's own method (below any wrapper) under a simulated ROCm capture with no
-*capture condition* (:class:`Condition`), then with each alone; each run must make exactly one
-call on :class:`CaptureCommunicator`, which records whether it registers. The conditions under
-which the method still registers are what a fix must add. The simulation is a copy of the method
-(:func:`~sglang_aiter_plugin._rebind.rebound`) whose globals answer a capturing HIP (gfx95) host:
-nothing sglang, torch or ``os.environ`` holds changes. A fall-back to a non-AITER collective
-(``torch.distributed``, ``all_gather_single``) raises :class:`NotAiterPath` instead.
+:func:`probe` runs sglang's own method under a simulated ROCm capture with no capture
+:class:`Condition`, then with each alone; each run must make one call on
+:class:`CaptureCommunicator`, which records whether it registers. The conditions under which it
+still registers are what a fix must add. The simulation is a copy of the method
+(:func:`~sglang_aiter_plugin._rebind.rebound`) whose globals answer a capturing HIP host: nothing
+sglang, torch or ``os.environ`` holds changes. A non-AITER collective raises :class:`NotAiterPath`.
 """
 
 from __future__ import annotations
@@ -33,11 +32,9 @@ WORLD_SIZE = 2
 
 
 class Condition(str, enum.Enum):
-    """A capture condition under which the capture must not register the caller's tensors; each
-    value is its label in statuses. TMS: torch_memory_saver's graph pool cannot be IPC-exported;
-    COPY_IN: sglang's request to stage through aiter's buffer (0.5.22+ reads it once, at import
-    of ``parallel_state``); COMM_FLAG: aiter turns it off for expandable segments and gfx1250
-    (a communicator without the attribute allows registration)."""
+    """A condition under which a capture must not register the caller's tensors (the value: its
+    label). TMS: torch_memory_saver's pool cannot be IPC-exported; COPY_IN: sglang's request to
+    stage through aiter's buffer; COMM_FLAG: aiter's own flag (off for expandable segments)."""
 
     TMS = f"{TMS_ENV}=1"
     COPY_IN = f"{COPY_IN_ENV}=1"
@@ -54,12 +51,29 @@ class ProbeError(AiterExtError, RuntimeError):
     """The installed method did not behave like any release the probe understands."""
 
 
+#: aiter's communicator methods a capture may call, as aiter's ``custom_all_reduce.py`` defines
+#: them: whether each registers (``True``/``False``; ``"flag"``: per its
+#: ``enable_register_for_capturing``; ``"given"``: per the call's ``registered=``) and what it
+#: returns, from the call's arguments.
+_METHODS: dict[str, tuple[bool | str, Callable[..., Any]]] = {
+    "custom_all_reduce": ("flag", lambda inp, *a, **k: inp),
+    "custom_all_gather": ("flag", lambda inp, *a, **k: inp),
+    "custom_reduce_scatter": ("flag", lambda inp, out, *a, **k: out),
+    "reduce_scatter": ("given", lambda inp, out, *a, **k: None),
+    "all_gather_reg": (True, lambda inp, out=None, *a, **k: out),
+    "all_gather_unreg": (False, lambda inp, out=None, *a, **k: out),
+    "custom_fused_ar_rms": (True, lambda inp, residual, *a, **k: (inp, residual)),
+    "fused_ar_rms": ("given", lambda inp, residual, *a, **k: (inp, residual)),
+    "custom_fused_ar_rms_per_group_quant": (
+        True, lambda inp, residual, *a, **k: (inp, residual, inp)),
+    "fused_ar_rms_per_group_quant": ("given", lambda inp, residual, *a, **k: (inp, residual, inp)),
+}
+
+
 class CaptureCommunicator:
-    """aiter's ``CustomAllreduce`` while a stream captures: each call records whether it would
-    register, as aiter's ``custom_all_reduce.py`` does: an explicit ``registered=`` as given;
-    ``all_gather_reg`` and ``custom_fused_ar_rms*`` always; ``all_gather_unreg`` never;
-    ``custom_all_reduce``, ``custom_all_gather``, ``custom_reduce_scatter`` per
-    ``enable_register_for_capturing``. Its gates (``disabled``, ``should_custom_*``) say yes."""
+    """aiter's ``CustomAllreduce`` while a stream captures: each call of a method in
+    :data:`_METHODS` records whether it would register. Its gates (``disabled``,
+    ``should_custom_*``) say yes."""
 
     def __init__(self, *, register_flag: bool) -> None:
         self.disabled = False
@@ -73,43 +87,18 @@ class CaptureCommunicator:
 
     should_custom_ag = should_custom_rs = should_custom_ar
 
-    def _record(self, method: str, registered: Any, result: Any) -> Any:
-        self.calls.append((method, bool(registered)))
-        return result
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method not in _METHODS:
+            raise AttributeError(method)
+        registers, result = _METHODS[method]
 
-    def custom_all_reduce(self, inp: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._record("custom_all_reduce", self.enable_register_for_capturing, inp)
+        def call(*args: Any, registered: bool = False, **kwargs: Any) -> Any:
+            made = (self.enable_register_for_capturing if registers == "flag"
+                    else registered if registers == "given" else registers)
+            self.calls.append((method, bool(made)))
+            return result(*args, **kwargs)
 
-    def reduce_scatter(self, inp: Any, out: Any, *args: Any, registered: bool = False,
-                       **kwargs: Any) -> None:
-        self._record("reduce_scatter", registered, None)
-
-    def custom_reduce_scatter(self, inp: Any, out: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._record("custom_reduce_scatter", self.enable_register_for_capturing, out)
-
-    def all_gather_reg(self, inp: Any, out: Any = None, *args: Any, **kwargs: Any) -> Any:
-        return self._record("all_gather_reg", True, out)
-
-    def all_gather_unreg(self, inp: Any, out: Any = None, *args: Any, **kwargs: Any) -> Any:
-        return self._record("all_gather_unreg", False, out)
-
-    def custom_all_gather(self, inp: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._record("custom_all_gather", self.enable_register_for_capturing, inp)
-
-    def custom_fused_ar_rms(self, inp: Any, residual: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._record("custom_fused_ar_rms", True, (inp, residual))
-
-    def fused_ar_rms(self, inp: Any, residual: Any, *args: Any, registered: bool = False,
-                     **kwargs: Any) -> Any:
-        return self._record("fused_ar_rms", registered, (inp, residual))
-
-    def custom_fused_ar_rms_per_group_quant(self, inp: Any, residual: Any, *args: Any,
-                                            **kwargs: Any) -> Any:
-        return self._record("custom_fused_ar_rms_per_group_quant", True, (inp, residual, inp))
-
-    def fused_ar_rms_per_group_quant(self, inp: Any, residual: Any, *args: Any,
-                                     registered: bool = False, **kwargs: Any) -> Any:
-        return self._record("fused_ar_rms_per_group_quant", registered, (inp, residual, inp))
+        return call
 
 
 _UNSET = object()
@@ -183,8 +172,7 @@ def simulated(fn: Callable[..., Any], *, tms: bool, copy_in: bool,
 
 
 def _probe_coordinator(cls: type, communicator: CaptureCommunicator) -> Any:
-    """A real ``GroupCoordinator`` made without ``__init__``: aiter's communicator and no other;
-    its deterministic-collectives gate answers ``False``."""
+    """A real ``GroupCoordinator`` made without ``__init__``, with aiter's communicator only."""
     coordinator: Any = object.__new__(cls)
     coordinator.ca_comm = communicator
     coordinator.world_size = WORLD_SIZE
@@ -211,8 +199,8 @@ def calling_with(*shapes: tuple[int, ...], then: tuple[Any, ...] = ()) -> Invoke
 
 
 class ProbeResult(NamedTuple):
-    """Whether the capture registers with no condition (``baseline``) and under each condition;
-    ``methods``: the communicator methods sglang called, in probe order (for the status)."""
+    """Whether the capture registers with no condition (``baseline``) and under each one;
+    ``methods``: the communicator methods sglang called (for the status)."""
 
     baseline: bool
     under: Mapping[Condition, bool]
@@ -247,9 +235,8 @@ def parameters(cls: type, name: str) -> tuple[str, ...]:
 
 
 def probe(cls: type, name: str, invoke: Invoke) -> ProbeResult:
-    """Run sglang's ``cls.name`` under a simulated capture with each condition (module doc).
-    Raises :class:`NotAiterPath` (no AITER collective), :class:`ProbeError` (unlike any known
-    release) or ``AttributeError`` (no such method)."""
+    """Run sglang's ``cls.name`` under a simulated capture with each condition (module doc);
+    :class:`NotAiterPath`, :class:`ProbeError` (unlike any known release) or ``AttributeError``."""
     own = below_wrappers(cls, name)  # AttributeError / ProbeError before anything runs
     # (tms, copy_in, communicator flag) per run: no condition, then each condition alone
     runs = {None: (False, False, True), Condition.TMS: (True, False, True),

@@ -19,22 +19,37 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin import _releases
+from testkit.subproc import Result, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+DOCTOR = """
+import os
+for name in [n for n in os.environ if n.startswith("SGLANG_") and n not in {given!r}]:
+    del os.environ[name]
+from sglang_aiter_plugin.cli import main
+sys.exit(main({args!r}))
+"""
+
+
+def doctor(*args: str, env: dict[str, str] | None = None) -> Result:
+    """``sglang-aiter-plugin doctor ARGS`` in a child with no sglang settings but ``env``'s:
+    the console script's own ``main`` (the default run below goes through the script itself)."""
+    return run_python(DOCTOR.format(given=sorted(env or {}), args=["doctor", *args]), env)
+
+
+def console_script(*args: str) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("sglang-aiter-plugin", path=os.path.dirname(sys.executable))
     assert exe, "the console script is installed with the package"
-    full = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
-    full.update(env or {})
-    return subprocess.run([exe, "doctor", *args], capture_output=True, text=True, env=full,
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_")}
+    return subprocess.run([exe, "doctor", *args], capture_output=True, text=True, env=env,
                           timeout=600)
 
 
 @pytest.fixture(scope="module")
 def default_json() -> dict[str, Any]:
-    proc = doctor("--json")
+    proc = console_script("--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data: dict[str, Any] = json.loads(proc.stdout)
     return data
@@ -81,7 +96,7 @@ def test_upstream_defects_per_release_follow_the_ledger_ranges(release: str, wid
     assert {"rows", "unified-page-table", "verify-custom-mask"} <= names
 
 
-def _checks(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, str]]:
+def _checks(proc: Result) -> dict[str, dict[str, str]]:
     return {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from importlib.metadata import distribution
 from pathlib import Path
 
+import pytest
+
 from testkit.subproc import run_main_script, run_python
 
 DISCOVERY = """
@@ -85,6 +87,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_spawn_child_loads_the_plugin_itself(tmp_path: Path) -> None:
     result = run_main_script(tmp_path, SPAWN)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -55,6 +55,7 @@ def default_json() -> dict[str, Any]:
     return data
 
 
+@pytest.mark.slow
 def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: Version) -> None:
     import torch
 
@@ -100,6 +101,7 @@ def _checks(proc: Result) -> dict[str, dict[str, str]]:
     return {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
 
 
+@pytest.mark.slow
 def test_the_table_lists_every_row_and_the_verdict(default_json: dict[str, Any]) -> None:
     from sglang_aiter_plugin import _doctor
 
@@ -111,6 +113,7 @@ def test_the_table_lists_every_row_and_the_verdict(default_json: dict[str, Any])
     assert _doctor.render_table(report).endswith("\ndoctor: problems found")
 
 
+@pytest.mark.slow
 def test_sglangs_own_backend_is_left_alone_and_the_bounds_check_is_shown() -> None:
     proc = doctor("--json", "--attention-backend", "triton",
                   env={"SGLANG_AITER_EXT_BOUNDS_CHECK": "1"})
@@ -120,6 +123,7 @@ def test_sglangs_own_backend_is_left_alone_and_the_bounds_check_is_shown() -> No
     assert checks["switches"]["summary"].endswith("batch bounds check: on")
 
 
+@pytest.mark.slow
 def test_every_bad_switch_value_is_a_failing_row() -> None:
     names = ",".join(f"nope{i}" for i in range(5000))
     proc = doctor(env={"SGLANG_AITER_EXT": "perhaps", "SGLANG_AITER_EXT_BOUNDS_CHECK": "maybe",
@@ -133,6 +137,7 @@ def test_every_bad_switch_value_is_a_failing_row() -> None:
         rows[2])
 
 
+@pytest.mark.slow
 def test_bad_switch_values_fail_while_the_plugin_is_off() -> None:
     proc = doctor("--json", "--attention-backend", "aiter-ext",
                   env={"SGLANG_AITER_EXT": "0", "SGLANG_AITER_EXT_BOUNDS_CHECK": "maybe",
@@ -151,6 +156,7 @@ def test_bad_switch_values_fail_while_the_plugin_is_off() -> None:
     assert "invalid choice" in selection["summary"]
 
 
+@pytest.mark.slow
 def test_selecting_aiter_ext_without_aiter_fails_and_says_so_once() -> None:
     proc = doctor("--json", "--attention-backend", "aiter-ext")
     assert proc.returncode == 1
@@ -164,6 +170,7 @@ def test_selecting_aiter_ext_without_aiter_fails_and_says_so_once() -> None:
                    "resolves its arguments: aiter-ext cannot run here (see aiter)"}
 
 
+@pytest.mark.slow
 def test_an_allow_list_excluding_the_plugin_fails_with_the_way_out() -> None:
     proc = doctor("--json", "--attention-backend", "aiter-ext",
                   env={"SGLANG_PLUGINS": "some_other_plugin"})
@@ -229,6 +236,7 @@ def test_an_unknown_name_without_a_suggestion_is_a_sentence() -> None:
                                       "would fail with `invalid choice`.")
 
 
+@pytest.mark.slow
 def test_sglang_that_does_not_import_is_said_once() -> None:
     """SGLANG_PLATFORM naming no platform makes 0.5.19+ fail `import sglang`; every check that
     needs sglang would fail from it, so they are named in the sglang row, not run."""
@@ -250,6 +258,7 @@ def test_sglang_that_does_not_import_is_said_once() -> None:
     assert "KeyError" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_without_sglang_doctor_says_it_is_not_installed(tmp_path: Path) -> None:
     """A Python that has every dependency but sglang (links to this environment's packages)."""
     site = Path(sysconfig.get_paths()["purelib"])

@@ -31,6 +31,7 @@ def broken_fix_dist(tmp_path: Path) -> Path:
     )
 
 
+@pytest.mark.slow
 def test_a_raising_fix_leaves_sglang_and_the_other_fixes_working(broken_fix_dist: Path) -> None:
     code = """
 from sglang.srt.plugins import load_plugins
@@ -51,6 +52,7 @@ print("RESULT " + json.dumps({s.name: [s.state.value, s.detail] for s in last_st
     assert "fix exploding failed: ValueError: probe found a flux capacitor" in result.stderr
 
 
+@pytest.mark.slow
 def test_doctor_shows_the_failed_fix_and_exits_non_zero(broken_fix_dist: Path) -> None:
     exe = shutil.which("sglang-aiter-plugin", path=os.path.dirname(sys.executable))
     assert exe
@@ -83,6 +85,7 @@ def platform_dists(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_sglang_platform_selection_excludes_other_platforms_but_never_this_plugin(
     platform_dists: Path,
 ) -> None:
@@ -154,6 +157,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_reentrant_loading_never_double_wraps(tmp_path: Path) -> None:
     result = run_main_script(tmp_path, REENTRANT)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from testkit.subproc import run_python
 
 STATE = """
@@ -37,6 +39,7 @@ print("RESULT " + json.dumps({"before": before, "after": state()}))
     assert all(n == 1 for n in data["after"]["hooks"].values()), data["after"]["hooks"]
 
 
+@pytest.mark.slow
 def test_sglang_plugins_allow_list_without_this_plugin_loads_nothing() -> None:
     code = STATE + """
 from sglang.srt.plugins import load_plugins

@@ -19,9 +19,7 @@ SUPPORTED_RANGE = f"{_releases.OLDEST_SUPPORTED} to {_releases.NEWEST_TESTED}"  
 
 
 class Support:
-    """What :func:`support_of` says of a release: one of these strings. (Constants, not an enum:
-    this module loads in every process at start-up, where creating an enum class costs about
-    as much as the rest of the module.)"""
+    """What :func:`support_of` says of a release (strings, not an enum: cheaper at start-up)."""
 
     SUPPORTED = "supported"
     UNTESTED = "untested (newer than the compatibility matrix)"

@@ -21,12 +21,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFECTS", "AiterUnavailableError", "UpstreamDefect", "aiter_problem", "defects_on",
            "host_problem", "require_aiter", "require_rocm_host"]
 
-WAY_OUT = (
-    "Use sglang's ROCm image (it ships aiter) on an MI300/MI355-class GPU, or choose another "
-    "attention backend (e.g. {flag} triton)."
-)
-
-
 class UpstreamDefect(NamedTuple):
     """A defect of upstream's AITER backend that ``aiter-ext`` covers: ``releases`` as
     ``first-last`` (``last`` empty: every release so far); ``fixed_in``: the first release where
@@ -135,8 +129,10 @@ def aiter_problem() -> str | None:
 
 def _raise_if(problem: str | None, flag: str = "--attention-backend") -> None:
     if problem is not None:
-        raise AiterUnavailableError(f"{flag} aiter-ext cannot run here: {problem}. "
-                                    f"{WAY_OUT.format(flag=flag)}")
+        raise AiterUnavailableError(
+            f"{flag} aiter-ext cannot run here: {problem}. Use sglang's ROCm image (it ships "
+            f"aiter) on an MI300/MI355-class GPU, or choose another attention backend (e.g. "
+            f"{flag} triton).")
 
 
 def require_rocm_host(flag: str = "--attention-backend") -> None:

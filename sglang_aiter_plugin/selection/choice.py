@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from sglang_aiter_plugin import backend
@@ -24,8 +25,8 @@ from sglang_aiter_plugin._errors import AiterExtError, shorten
 from sglang_aiter_plugin._log import log
 
 __all__ = ["BACKEND_FIELDS", "EXT_NAME", "MARKER_ATTR", "SELECTED_ENV", "STOCK_NAME",
-           "BackendChoiceError", "SelectionError", "fold", "fold_point", "install_fold",
-           "is_selected", "on_record", "record"]
+           "BackendChoiceError", "SelectionError", "add_choice", "fold", "fold_point",
+           "install_fold", "is_selected", "on_record", "record"]
 
 EXT_NAME = "aiter-ext"
 STOCK_NAME = "aiter"
@@ -142,10 +143,18 @@ def _wrap(original: Callable[..., Any], *, declare: bool) -> Callable[..., Any]:
     return wrapper
 
 
-def install_fold(server_args_cls: type[Any]) -> str:
-    """Wrap the release's fold point on ``ServerArgs`` once; return its name."""
-    point = fold_point(server_args_cls)
-    current = getattr(server_args_cls, point)
-    if not getattr(current, _WRAPPED_FLAG, False):
-        setattr(server_args_cls, point, _wrap(current, declare=point == "resolve_once"))
-    return point
+def add_choice(server_args: ModuleType) -> None:
+    """Add ``aiter-ext`` to the shared choices list, in place and only once."""
+    choices: list[str] = server_args.ATTENTION_BACKEND_CHOICES
+    if EXT_NAME not in choices:
+        choices.append(EXT_NAME)
+
+
+def install_fold(server_args: ModuleType) -> None:
+    """On ``sglang.srt.server_args``: add the choice, and wrap the release's fold point on
+    ``ServerArgs`` once."""
+    add_choice(server_args)
+    cls = server_args.ServerArgs
+    point = fold_point(cls)
+    if not getattr(getattr(cls, point), _WRAPPED_FLAG, False):
+        setattr(cls, point, _wrap(getattr(cls, point), declare=point == "resolve_once"))

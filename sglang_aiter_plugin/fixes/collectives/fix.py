@@ -110,29 +110,24 @@ def all_gather_unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
     return comm.all_gather_unreg(*args, **kwargs)
 
 
-def _fused_form(comm: Any, inp: Any, method: str) -> Callable[..., Any] | None:
-    """The fused call's unregistered form ``method`` (as sglang's piecewise-graph branch uses),
-    or ``None`` ("fusion unavailable") where aiter's gate says no or the communicator lacks it."""
-    if comm.disabled or not comm.should_custom_ar(inp):
-        return None  # aiter's own answer for this input
-    unregistered = getattr(comm, method, None)
-    form = "unfused" if unregistered is None else "unregistered"
-    if form not in _taken:
-        _taken.add(form)
-        logger.info("sglang-aiter-plugin: a fused all-reduce+RMSNorm capture (%s) got %s",
-                    method, _FUSED_FORMS[form])
-    return unregistered
-
-
 def fused_unregistered(method: str, *names: str) -> Callable[..., Any]:
     """A fused call's form that registers nothing: ``comm.method(..., registered=False)`` (aiter's
-    ``fused_ar_rms[_per_group_quant]``), the arguments after ``eps`` passed by their ``names``."""
+    ``fused_ar_rms[_per_group_quant]``, as sglang's piecewise-graph branch uses), the arguments
+    after ``eps`` passed by their ``names``; ``None`` ("fusion unavailable") where aiter's gate
+    says no or the communicator lacks ``method``."""
 
     def unregistered(comm: Any, input: Any, residual_inp: Any, weight: Any, eps: float,
                      *rest: Any, **kwargs: Any) -> Any:
         if len(rest) > len(names):
             raise TypeError(f"{method}: {len(rest)} arguments after eps; it takes {names}")
-        fused = _fused_form(comm, input, method)
+        if comm.disabled or not comm.should_custom_ar(input):
+            return None  # aiter's own answer for this input
+        fused = getattr(comm, method, None)
+        form = "unfused" if fused is None else "unregistered"
+        if form not in _taken:
+            _taken.add(form)
+            logger.info("sglang-aiter-plugin: a fused all-reduce+RMSNorm capture (%s) got %s",
+                        method, _FUSED_FORMS[form])
         if fused is None:
             return None
         return fused(input, residual_inp, w=weight, eps=eps, registered=False,

@@ -89,12 +89,11 @@ def fold_point(server_args_cls: type[Any]) -> str:
     return "resolve_once" if hasattr(server_args_cls, "resolve_once") else "__post_init__"
 
 
-def _check(server_args: Any, named: dict[str, str]) -> None:
-    ext = sorted(f for f, v in named.items() if v == EXT_NAME)
+def _check(server_args: Any, folded: list[str], named: dict[str, str]) -> None:
     stock = sorted(f for f, v in named.items() if v == STOCK_NAME)
     if stock:
         raise BackendChoiceError(
-            f"attention backends mix 'aiter-ext' ({', '.join(ext)}) with 'aiter' "
+            f"attention backends mix 'aiter-ext' ({', '.join(folded)}) with 'aiter' "
             f"({', '.join(stock)}); sglang-aiter-plugin builds one class for every aiter backend "
             "of a server. Choose 'aiter-ext' for all of them, or 'aiter' for all of them.")
     if getattr(server_args, "use_ray", False):
@@ -105,17 +104,15 @@ def _check(server_args: Any, named: dict[str, str]) -> None:
 
 
 def fold(server_args: Any, *, declare: bool) -> list[str]:
-    """Resolve every backend field naming ``aiter-ext`` as ``aiter``; record the choice.
-
-    ``declare`` selects sglang's ``declare_resolution`` (0.5.19+) over writing the fields
-    (0.5.11-0.5.18). Returns the folded field names (empty when ``aiter-ext`` was not chosen).
-    """
+    """Resolve every backend field naming ``aiter-ext`` as ``aiter`` (``declare``: through sglang's
+    ``declare_resolution``, 0.5.19+; else by writing the fields) and record the choice; return
+    the folded field names (empty when ``aiter-ext`` was not chosen)."""
     named = {f: v for f in BACKEND_FIELDS if isinstance(v := getattr(server_args, f, None), str)}
     folded = sorted(f for f, v in named.items() if v == EXT_NAME)
     if folded:
         # before sglang detects devices or loads anything; the message names the flag typed
         backend.require_rocm_host(f"--{folded[0].replace('_', '-')}")
-        _check(server_args, named)
+        _check(server_args, folded, named)
         if declare:
             from sglang.srt.arg_groups.overrides import declare_resolution
 

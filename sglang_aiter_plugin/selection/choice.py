@@ -111,7 +111,7 @@ def fold(server_args: Any, *, declare: bool) -> list[str]:
     folded = sorted(f for f, v in named.items() if v == EXT_NAME)
     if folded:
         # before sglang detects devices or loads anything; the message names the flag typed
-        backend.require_rocm_host(f"--{folded[0].replace('_', '-')}")
+        backend.require_aiter(f"--{folded[0].replace('_', '-')}", host_only=True)
         _check(server_args, folded, named)
         if declare:
             from sglang.srt.arg_groups.overrides import declare_resolution

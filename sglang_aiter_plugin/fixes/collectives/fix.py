@@ -142,11 +142,9 @@ _lock = threading.Lock()
 def is_installed(cls: type, name: str) -> bool:
     """Whether a wrapper :func:`install` made is anywhere on ``cls.name``."""
     fn = vars(cls).get(name)
-    while fn is not None:
-        if hasattr(fn, MARK):
-            return True
+    while fn is not None and not hasattr(fn, MARK):
         fn = getattr(fn, "__wrapped__", None)
-    return False
+    return fn is not None
 
 
 def install(cls: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
@@ -375,4 +373,3 @@ class AllReduceCheck(CollectiveFix):
             f"communicator is built with {REGISTER_FLAG}=False, sglang's own one passes "
             f"registered=False) and under {flag} ({method} calls aiter's custom_all_reduce, "
             "which follows it); sglang defines no copy-in for all-reduce; nothing installed")
-

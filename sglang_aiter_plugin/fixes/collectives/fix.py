@@ -295,7 +295,7 @@ class Collective(CollectiveFix):
         note = f" ({', '.join(absent)}: not in {where(version)})" if absent else ""
         needed = [(name, result) for name, result in found if result.ignored]
         if not needed:
-            honoured = ", ".join(found[0][1].honoured) if found else "-"
+            honoured = ", ".join(Condition) if found else "-"  # no method ignores any
             verb = "captures" if len(found) == 1 else "capture"
             return self._decided(FixState.NOT_NEEDED, f"{where(version)}'s {names} already {verb} "
                                  f"unregistered under: {honoured}{note}")

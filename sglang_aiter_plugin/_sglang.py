@@ -31,8 +31,7 @@ class Support:
 def installed_sglang_version() -> Version | None:
     """The installed sglang release, read once per process: the imported ``sglang`` package's
     ``__version__`` (sglang's loader has imported it), else its metadata (without importing it)."""
-    module = sys.modules.get("sglang")
-    raw = getattr(module, "__version__", None) if module is not None else None
+    raw = getattr(sys.modules.get("sglang"), "__version__", None)
     try:
         return Version(raw if isinstance(raw, str) else version("sglang"))
     except (PackageNotFoundError, InvalidVersion):

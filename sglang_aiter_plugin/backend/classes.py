@@ -329,9 +329,8 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
         self.buffer_pool = BufferPool(self, specs, capacity, self.device, adopt=adopt)
         for name in self.buffer_pool.names():
             self.buffer_pool.bind(self, name, name)
-            for attr in PREFILL_UPDATERS:
-                updater = getattr(self, attr, None)
-                if updater is not None and getattr(updater, name, None) is not None:
+            for updater in (getattr(self, attr, None) for attr in PREFILL_UPDATERS):
+                if getattr(updater, name, None) is not None:  # None without that updater
                     self.buffer_pool.bind(updater, name, name)
 
     def _before_upstream(self, max_bs: int) -> None:

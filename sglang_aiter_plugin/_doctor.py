@@ -80,7 +80,9 @@ def describe(exc: BaseException) -> str:
 def collect(selected_backend: str | None = None) -> Report:
     """Run every probe. ``selected_backend`` is the backend the user intends to launch with."""
     report = Report()
-    discovery = _start_discovery()  # a fresh interpreter, running while this one probes
+    # sglang's plugin loader in a fresh interpreter, running while this one probes
+    discovery = subprocess.Popen([sys.executable, "-c", _DISCOVERY_PROBE], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=dict(os.environ))
     report.run("plugin", _check_plugin)
     sglang_imports = report.run("sglang", _check_sglang)
     report.run("aiter", _check_platform, selected_backend)
@@ -211,11 +213,6 @@ _DISCOVERY_PROBE = textwrap.dedent("""
     """)
 
 
-def _start_discovery() -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", _DISCOVERY_PROBE], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ))
-
-
 def _failure_cause(stderr: str) -> str:
     """The loader's real failure, from the last exception line of the fresh interpreter."""
     from sglang_aiter_plugin._errors import shorten
@@ -247,8 +244,6 @@ def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> bool:
     except (IndexError, ValueError):
         report.add("discovery", FAIL, _failure_cause(err))
         return False
-    plugins = os.environ.get("SGLANG_PLUGINS")
-    platform_name = os.environ.get("SGLANG_PLATFORM")
     if ENTRY_POINT_NAME in result["loaded"] and result["error"]:
         report.add("discovery", FAIL, f"sglang's load_plugins() loads '{ENTRY_POINT_NAME}', but "
                    f"its register() failed, so sglang is unchanged: {result['error']}")
@@ -260,13 +255,13 @@ def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> bool:
     if ENTRY_POINT_NAME not in result["found"]:
         report.add("discovery", FAIL, f"no '{ENTRY_POINT_NAME}' entry point in group "
                    f"sglang.srt.plugins: install the plugin ({INSTALL_HINT})")
-    elif plugins:
+    elif plugins := os.environ.get("SGLANG_PLUGINS"):
         report.add("discovery", FAIL, f"SGLANG_PLUGINS={shorten(plugins)} leaves "
                    f"'{ENTRY_POINT_NAME}' out; add it to the list or unset the variable")
     elif result["error"]:
         report.add("discovery", FAIL, "entry point found but sglang failed to load it: "
                    f"{shorten(result['error'], 300)[1:-1]}")
-    elif platform_name:
+    elif platform_name := os.environ.get("SGLANG_PLATFORM"):
         report.add("discovery", FAIL, f"SGLANG_PLATFORM={shorten(platform_name)} "
                    "excludes this distribution")
     else:
@@ -283,7 +278,10 @@ def _check_selection(report: Report, name: str, loaded: bool, switches: Switches
     from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR
 
     if name != EXT_NAME:
-        choices = _sglang_choices()
+        try:
+            from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES as choices
+        except Exception:
+            choices = None
         if choices is not None and name not in choices:
             close = difflib.get_close_matches(name, [*choices, EXT_NAME], n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else "."
@@ -317,14 +315,6 @@ def _check_selection(report: Report, name: str, loaded: bool, switches: Switches
                    "(see aiter)")
     else:
         report.add("selection", OK, f"--attention-backend {EXT_NAME} can be selected")
-
-
-def _sglang_choices() -> list[str] | None:
-    try:
-        from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES
-    except Exception:
-        return None
-    return list(ATTENTION_BACKEND_CHOICES)
 
 
 def _check_fixes(report: Report) -> tuple[Switches, list[FixStatus]]:

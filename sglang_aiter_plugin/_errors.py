@@ -12,18 +12,14 @@ class AiterExtError(Exception):
     (``ValueError``, ``RuntimeError``), so ``except`` clauses for those keep working."""
 
 
-LIMIT = 80  # characters of a value shown before it is cut
-ITEMS = 5  # items of a list shown before the rest is counted
-
-
-def shorten(value: str, limit: int = LIMIT) -> str:
+def shorten(value: str, limit: int = 80) -> str:
     """``repr(value)``, cut to ``limit`` characters with a marker saying how long it was."""
     if len(value) <= limit:
         return repr(value)
     return f"{value[:limit]!r}... ({len(value):,} characters in all)"
 
 
-def summarise(items: Sequence[str], limit: int = ITEMS) -> str:
+def summarise(items: Sequence[str], limit: int = 5) -> str:
     """The first ``limit`` items (each shortened), then how many more there are."""
     shown = ", ".join(shorten(i) for i in items[:limit])
     rest = len(items) - limit

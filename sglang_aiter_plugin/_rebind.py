@@ -10,6 +10,7 @@ reads is modified, so there is nothing to restore and nothing another thread can
 from __future__ import annotations
 
 import builtins
+import functools
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -70,10 +71,8 @@ def rebound(fn: Callable[..., Any], names: Mapping[str, Any], *, module: str | N
         namespace["__builtins__"] = {**vars(builtins), "__import__": _importer(module, names)}
     copy = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__,
                               fn.__closure__)
-    copy.__kwdefaults__, copy.__qualname__, copy.__doc__ = (fn.__kwdefaults__, fn.__qualname__,
-                                                            fn.__doc__)
-    copy.__wrapped__ = fn  # type: ignore[attr-defined]
-    return copy
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return functools.update_wrapper(copy, fn)  # its qualified name, docstring, ``__wrapped__``
 
 
 def _names_used(code: types.CodeType) -> set[str]:

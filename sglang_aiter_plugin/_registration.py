@@ -48,9 +48,8 @@ def run_fixes() -> tuple[Switches, list[FixStatus]]:
 
         sources, problems = fix_sources()
         _switches = read_switches([s.name for s in sources])
-        manager = install_manager(
-            PluginManager(sources, blocked=_switches.disabled_fixes, problems=problems)
-        )
+        manager = PluginManager(sources, blocked=_switches.disabled_fixes, problems=problems)
+        install_manager(manager)
         _statuses = {}
         context = FixContext(
             plugin_version=__version__,

@@ -19,9 +19,7 @@ SUPPORTED_RANGE = f"{_releases.OLDEST_SUPPORTED} to {_releases.NEWEST_TESTED}"  
 
 
 class Support:
-    """What :func:`support_of` says of a release: one of these strings. (Constants, not an enum:
-    this module loads in every process at start-up, where creating an enum class costs about
-    as much as the rest of the module.)"""
+    """What :func:`support_of` says of a release (strings, not an enum: cheaper at start-up)."""
 
     SUPPORTED = "supported"
     UNTESTED = "untested (newer than the compatibility matrix)"
@@ -33,8 +31,7 @@ class Support:
 def installed_sglang_version() -> Version | None:
     """The installed sglang release, read once per process: the imported ``sglang`` package's
     ``__version__`` (sglang's loader has imported it), else its metadata (without importing it)."""
-    module = sys.modules.get("sglang")
-    raw = getattr(module, "__version__", None) if module is not None else None
+    raw = getattr(sys.modules.get("sglang"), "__version__", None)
     try:
         return Version(raw if isinstance(raw, str) else version("sglang"))
     except (PackageNotFoundError, InvalidVersion):

@@ -80,20 +80,13 @@ def read_switches(
         problems.append(f"{exc} (kept the default, 0; an aiter-ext backend will refuse it)")
 
     known = sorted(set(known_fixes))
-    disabled: set[str] = set()
-    unknown: list[str] = []
-    raw_list = env.get(DISABLE_VAR, "")
-    for item in (part.strip() for part in raw_list.split(",")):
-        if not item:
-            continue
-        if item in known:
-            disabled.add(item)
-        elif item not in unknown:
-            unknown.append(item)
+    listed = [item for part in env.get(DISABLE_VAR, "").split(",") if (item := part.strip())]
+    unknown = list(dict.fromkeys(item for item in listed if item not in known))
     if unknown:  # one problem, however long the list
         from sglang_aiter_plugin._errors import shorten, summarise
 
         what = f"unknown fix {shorten(unknown[0])}" if len(unknown) == 1 else (
             f"{len(unknown):,} unknown fixes: {summarise(unknown)}")
         problems.append(f"{DISABLE_VAR} names {what}; accepted names: {', '.join(known)}")
-    return Switches(enabled, frozenset(disabled), bounds_check, tuple(problems))
+    disabled = frozenset(item for item in listed if item in known)
+    return Switches(enabled, disabled, bounds_check, tuple(problems))

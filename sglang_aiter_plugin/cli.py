@@ -34,8 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               else f"FAIL  doctor  {summary}\n\ndoctor: problems found")
         return 1
     report = _doctor.collect(selected_backend=args.attention_backend)
-    out = _doctor.render_json(report) if args.json else _doctor.render_table(report)
-    print(out)
+    print(_doctor.render_json(report) if args.json else _doctor.render_table(report))
     return report.exit_code
 
 

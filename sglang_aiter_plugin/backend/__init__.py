@@ -19,12 +19,7 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
 __all__ = ["DEFECTS", "AiterUnavailableError", "UpstreamDefect", "aiter_problem", "defects_on",
-           "host_problem", "require_aiter", "require_rocm_host"]
-
-WAY_OUT = (
-    "Use sglang's ROCm image (it ships aiter) on an MI300/MI355-class GPU, or choose another "
-    "attention backend (e.g. {flag} triton)."
-)
+           "host_problem", "require_aiter"]
 
 
 class UpstreamDefect(NamedTuple):
@@ -133,18 +128,13 @@ def aiter_problem() -> str | None:
     return None
 
 
-def _raise_if(problem: str | None, flag: str = "--attention-backend") -> None:
+def require_aiter(flag: str = "--attention-backend", *, host_only: bool = False) -> None:
+    """Raise :class:`AiterUnavailableError` unless ``import aiter`` works here (``host_only``: if
+    :func:`host_problem` finds one, without importing aiter); its message names ``flag``, the
+    option that selected ``aiter-ext``."""
+    problem = host_problem() if host_only else aiter_problem()
     if problem is not None:
-        raise AiterUnavailableError(f"{flag} aiter-ext cannot run here: {problem}. "
-                                    f"{WAY_OUT.format(flag=flag)}")
-
-
-def require_rocm_host(flag: str = "--attention-backend") -> None:
-    """Raise :class:`AiterUnavailableError` if :func:`host_problem` finds one (no aiter import);
-    its message names ``flag``, the option that selected ``aiter-ext``."""
-    _raise_if(host_problem(), flag)
-
-
-def require_aiter() -> None:
-    """Raise :class:`AiterUnavailableError` unless ``import aiter`` works here."""
-    _raise_if(aiter_problem())
+        raise AiterUnavailableError(
+            f"{flag} aiter-ext cannot run here: {problem}. Use sglang's ROCm image (it ships "
+            f"aiter) on an MI300/MI355-class GPU, or choose another attention backend (e.g. "
+            f"{flag} triton).")

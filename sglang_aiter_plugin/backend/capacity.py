@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from sglang_aiter_plugin._errors import AiterExtError
 
 __all__ = ["BatchCapacity", "BatchCapacityError", "batch_capacity", "capacity_of",
-           "kv_indices_entries", "requires_mlp_sync"]
+           "requires_mlp_sync"]
 
 _COMMON = "sglang.srt.utils.common"
 _CP_PADDING = ("sglang.srt.layers.cp.padding", "sglang.srt.layers.utils.cp_utils")
@@ -50,15 +50,6 @@ class BatchCapacity(NamedTuple):
 def batch_capacity(model_runner: Any) -> int:
     """Rows a backend built on ``model_runner`` must hold: the largest batch on any path."""
     return capacity_of(model_runner).rows
-
-
-def kv_indices_entries(backend: Any, max_bs: int) -> int:
-    """Entries graph replays write into ``cuda_graph_kv_indices`` at ``max_bs`` rows of full
-    context: one per token of every page, plus the draft tokens MLA target-verify adds per row
-    (the layout sglang allocates from 0.5.13, sglang#24587)."""
-    blocks = -(-int(backend.max_context_len) // int(backend.page_size))
-    draft_tokens = int(getattr(backend, "num_draft_tokens", None) or 0)
-    return max_bs * (blocks * int(backend.page_size) + draft_tokens)
 
 
 def capacity_of(model_runner: Any) -> BatchCapacity:

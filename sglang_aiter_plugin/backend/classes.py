@@ -21,7 +21,7 @@ from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._rebind import rebound
 from sglang_aiter_plugin._sglang import installed_sglang_version
 from sglang_aiter_plugin._switches import bounds_check_requested
-from sglang_aiter_plugin.backend.capacity import batch_capacity, kv_indices_entries
+from sglang_aiter_plugin.backend.capacity import batch_capacity
 from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill
 
 __all__ = ["FROZEN_REASON", "METADATA_METHODS", "NOT_PER_BATCH", "PREFILL_UPDATERS",
@@ -118,27 +118,6 @@ def discover(
     return specs
 
 
-def _batch_reader(method: Callable[..., Any], name: str, why: str) -> Callable[..., Any]:
-    """``read(args, kw)``: the batch a graph metadata call describes (``bs``, ``forward_batch``)."""
-    params = list(inspect.signature(method).parameters)
-    if "bs" not in params and "forward_batch" not in params:
-        raise RuntimeError(
-            f"{name}{inspect.signature(method)} takes neither 'bs' nor 'forward_batch'; this "
-            f"sglang changed its metadata interface, so {why}"
-        )
-    fields = ("req_pool_indices", "seq_lens", "seq_lens_sum", "seq_lens_cpu", "forward_mode",
-              "spec_info")
-
-    def read(args: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-        given = {**dict(zip(params, args, strict=False)), **kw}
-        batch: Any = given.get("forward_batch")
-        size = given["bs"] if "bs" in given else batch.batch_size
-        return SimpleNamespace(batch_size=size, **{
-            f: given[f] if f in given else getattr(batch, f, None) for f in fields})
-
-    return read
-
-
 def _shadow(backend: Any, marker: str, why: str, *,
             before: Callable[[str, Any], None] | None = None,
             after: Callable[[Any], None] | None = None) -> None:
@@ -147,16 +126,32 @@ def _shadow(backend: Any, marker: str, why: str, *,
     for name in METADATA_METHODS:
         method = getattr(backend, name, None)
         if method is not None and not getattr(method, marker, False):
-            setattr(backend, name, _around(method, name, _batch_reader(method, name, why),
-                                           marker, before, after))
+            setattr(backend, name, _around(method, name, marker, why, before, after))
 
 
-def _around(method: Callable[..., Any], name: str, read: Callable[..., Any], marker: str,
+_BATCH_FIELDS = ("req_pool_indices", "seq_lens", "seq_lens_sum", "seq_lens_cpu", "forward_mode",
+                 "spec_info")
+
+
+def _around(method: Callable[..., Any], name: str, marker: str, why: str,
             before: Callable[[str, Any], None] | None,
             after: Callable[[Any], None] | None) -> Callable[..., Any]:
+    """``method`` with the hooks around it, each given the batch the call describes (read from
+    its ``bs`` or ``forward_batch``)."""
+    params = list(inspect.signature(method).parameters)
+    if "bs" not in params and "forward_batch" not in params:
+        raise RuntimeError(
+            f"{name}{inspect.signature(method)} takes neither 'bs' nor 'forward_batch'; this "
+            f"sglang changed its metadata interface, so {why}"
+        )
+
     @functools.wraps(method)
     def around(*args: Any, **kw: Any) -> Any:
-        batch = read(args, kw)
+        given = {**dict(zip(params, args, strict=False)), **kw}
+        forward_batch: Any = given.get("forward_batch")
+        size = given["bs"] if "bs" in given else forward_batch.batch_size
+        batch = SimpleNamespace(batch_size=size, **{
+            f: given[f] if f in given else getattr(forward_batch, f, None) for f in _BATCH_FIELDS})
         if before is not None:
             before(name, batch)
         result = method(*args, **kw)
@@ -177,17 +172,14 @@ def install_bounds_check(backend: Any, capacity: int, extra_per_row: int = 0) ->
     """Before upstream's graph metadata runs, raise :class:`BatchTooLargeError` for more rows than
     ``capacity`` or more entries (``seq_lens_sum`` x ``topk`` + ``extra_per_row`` a row) than a
     row of ``cuda_graph_kv_indices`` holds; returns the names checked; idempotent."""
-    owner = type(backend).__name__
-
-    def check(name: str, batch: Any) -> None:
-        _check(backend, f"{owner}.{name}", batch, capacity, extra_per_row)
-
     _shadow(backend, _CHECKED, "SGLANG_AITER_EXT_BOUNDS_CHECK=1 cannot check it. Unset the "
-            "variable (or report the sglang release to sglang-aiter-plugin).", before=check)
+            "variable (or report the sglang release to sglang-aiter-plugin).",
+            before=functools.partial(_check, backend, capacity, extra_per_row))
     return [n for n in METADATA_METHODS if is_checked(getattr(backend, n, None))]
 
 
-def _check(backend: Any, where: str, batch: Any, capacity: int, extra: int) -> None:
+def _check(backend: Any, capacity: int, extra: int, name: str, batch: Any) -> None:
+    where = f"{type(backend).__name__}.{name}"
     bs = int(batch.batch_size)
     if bs > capacity:
         raise BatchTooLargeError(
@@ -213,15 +205,6 @@ def _check(backend: Any, where: str, batch: Any, capacity: int, extra: int) -> N
         )
 
 
-def _page_table(backend: Any) -> Any:
-    """The unified decode graph's page table: its own (0.5.13+) or a view of the indices."""
-    table = getattr(backend, "cuda_graph_page_table", None)
-    if table is not None:
-        return table
-    blocks = -(-int(backend.max_context_len) // int(backend.page_size))
-    return backend.cuda_graph_kv_indices.view(-1, blocks)
-
-
 def _install_page_table_fill(backend: Any) -> None:
     """``unified-page-table``: after upstream's graph metadata for a decode batch, copy each row's
     page indices (its ``req_to_token`` row) into the page table, as eager decode builds it."""
@@ -233,7 +216,10 @@ def _install_page_table_fill(backend: Any) -> None:
         lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens
         width = int(lens[:bs].max()) if bs else 0
         rows = backend.req_to_token[batch.req_pool_indices[:bs], :width]
-        _page_table(backend)[:bs, :width].copy_(rows)
+        table = getattr(backend, "cuda_graph_page_table", None)  # its own (0.5.13+)
+        if table is None:  # else a view of the indices, one page (here a token) per entry
+            table = backend.cuda_graph_kv_indices.view(-1, int(backend.max_context_len))
+        table[:bs, :width].copy_(rows)
 
     _shadow(backend, _FILLS_PAGE_TABLE, "aiter-ext cannot fill the unified page table its graphs "
             "read. Use --attention-backend aiter with --page-size > 1 (or report the sglang "
@@ -343,9 +329,8 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
         self.buffer_pool = BufferPool(self, specs, capacity, self.device, adopt=adopt)
         for name in self.buffer_pool.names():
             self.buffer_pool.bind(self, name, name)
-            for attr in PREFILL_UPDATERS:
-                updater = getattr(self, attr, None)
-                if updater is not None and getattr(updater, name, None) is not None:
+            for updater in (getattr(self, attr, None) for attr in PREFILL_UPDATERS):
+                if getattr(updater, name, None) is not None:  # None without that updater
                     self.buffer_pool.bind(updater, name, name)
 
     def _before_upstream(self, max_bs: int) -> None:
@@ -360,8 +345,10 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
         """Widen ``cuda_graph_kv_indices`` (unless lent) and ``cuda_graph_custom_mask``; fill the
         unified page table at page size 1 (the defects named in ``_fixed``)."""
         context, page = int(self.max_context_len), int(self.page_size)
-        blocks, drafts = -(-context // page), int(getattr(self, "num_draft_tokens", None) or 0)
-        need = kv_indices_entries(self, max_bs)
+        blocks, drafts = -(-context // page), self._extra_per_row()
+        # one entry per token of every page, plus the draft tokens MLA target-verify adds per row
+        # (the layout sglang allocates from 0.5.13, sglang#24587)
+        need = max_bs * (blocks * page + drafts)
         if not lent and _widen(self, "cuda_graph_kv_indices", need, known={
                 max_bs * blocks: "one per page, 0.5.11-0.5.12.post1"}, multiple_of=blocks):
             # whole pages per row: 0.5.11-0.5.12.post1 also view it as the unified page table

@@ -48,20 +48,16 @@ class FixSource(NamedTuple):
 def fix_sources() -> tuple[list[FixSource], list[FixStatus]]:
     """Every fix on offer, in application order, without importing any of them, and a
     ``failed`` status for each entry point whose name is already taken."""
-    sources = [FixSource.builtin(name, value) for name, value in BUILTIN_FIXES]
-    taken = {s.name: s for s in sources}
+    taken = {name: FixSource.builtin(name, value) for name, value in BUILTIN_FIXES}
     problems = []
     for ep in _entry_points(FIXES_GROUP):
         source = FixSource.third_party(ep)
-        first = taken.get(ep.name)
-        if first is not None:  # reported under its own label; the first fix keeps the name
+        first = taken.setdefault(ep.name, source)
+        if first is not source:  # reported under its own label; the first fix keeps the name
             problems.append(FixStatus(f"{ep.name} (duplicate)", FixState.FAILED,
                 f"{source.origin} is not loaded: the fix name {ep.name!r} is already taken by "
                 f"{first.origin}; rename one of the entry points (group {FIXES_GROUP})"))
-            continue
-        taken[ep.name] = source
-        sources.append(source)
-    return sources, problems
+    return list(taken.values()), problems
 
 
 def _entry_points(group: str) -> list[EntryPoint]:

@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from sglang_aiter_plugin import backend
@@ -24,8 +25,8 @@ from sglang_aiter_plugin._errors import AiterExtError, shorten
 from sglang_aiter_plugin._log import log
 
 __all__ = ["BACKEND_FIELDS", "EXT_NAME", "MARKER_ATTR", "SELECTED_ENV", "STOCK_NAME",
-           "BackendChoiceError", "SelectionError", "fold", "fold_point", "install_fold",
-           "is_selected", "on_record", "record"]
+           "BackendChoiceError", "SelectionError", "add_choice", "fold", "fold_point",
+           "install_fold", "is_selected", "on_record", "record"]
 
 EXT_NAME = "aiter-ext"
 STOCK_NAME = "aiter"
@@ -88,12 +89,11 @@ def fold_point(server_args_cls: type[Any]) -> str:
     return "resolve_once" if hasattr(server_args_cls, "resolve_once") else "__post_init__"
 
 
-def _check(server_args: Any, named: dict[str, str]) -> None:
-    ext = sorted(f for f, v in named.items() if v == EXT_NAME)
+def _check(server_args: Any, folded: list[str], named: dict[str, str]) -> None:
     stock = sorted(f for f, v in named.items() if v == STOCK_NAME)
     if stock:
         raise BackendChoiceError(
-            f"attention backends mix 'aiter-ext' ({', '.join(ext)}) with 'aiter' "
+            f"attention backends mix 'aiter-ext' ({', '.join(folded)}) with 'aiter' "
             f"({', '.join(stock)}); sglang-aiter-plugin builds one class for every aiter backend "
             "of a server. Choose 'aiter-ext' for all of them, or 'aiter' for all of them.")
     if getattr(server_args, "use_ray", False):
@@ -104,17 +104,15 @@ def _check(server_args: Any, named: dict[str, str]) -> None:
 
 
 def fold(server_args: Any, *, declare: bool) -> list[str]:
-    """Resolve every backend field naming ``aiter-ext`` as ``aiter``; record the choice.
-
-    ``declare`` selects sglang's ``declare_resolution`` (0.5.19+) over writing the fields
-    (0.5.11-0.5.18). Returns the folded field names (empty when ``aiter-ext`` was not chosen).
-    """
+    """Resolve every backend field naming ``aiter-ext`` as ``aiter`` (``declare``: through sglang's
+    ``declare_resolution``, 0.5.19+; else by writing the fields) and record the choice; return
+    the folded field names (empty when ``aiter-ext`` was not chosen)."""
     named = {f: v for f in BACKEND_FIELDS if isinstance(v := getattr(server_args, f, None), str)}
     folded = sorted(f for f, v in named.items() if v == EXT_NAME)
     if folded:
         # before sglang detects devices or loads anything; the message names the flag typed
-        backend.require_rocm_host(f"--{folded[0].replace('_', '-')}")
-        _check(server_args, named)
+        backend.require_aiter(f"--{folded[0].replace('_', '-')}", host_only=True)
+        _check(server_args, folded, named)
         if declare:
             from sglang.srt.arg_groups.overrides import declare_resolution
 
@@ -142,10 +140,18 @@ def _wrap(original: Callable[..., Any], *, declare: bool) -> Callable[..., Any]:
     return wrapper
 
 
-def install_fold(server_args_cls: type[Any]) -> str:
-    """Wrap the release's fold point on ``ServerArgs`` once; return its name."""
-    point = fold_point(server_args_cls)
-    current = getattr(server_args_cls, point)
-    if not getattr(current, _WRAPPED_FLAG, False):
-        setattr(server_args_cls, point, _wrap(current, declare=point == "resolve_once"))
-    return point
+def add_choice(server_args: ModuleType) -> None:
+    """Add ``aiter-ext`` to the shared choices list, in place and only once."""
+    choices: list[str] = server_args.ATTENTION_BACKEND_CHOICES
+    if EXT_NAME not in choices:
+        choices.append(EXT_NAME)
+
+
+def install_fold(server_args: ModuleType) -> None:
+    """On ``sglang.srt.server_args``: add the choice, and wrap the release's fold point on
+    ``ServerArgs`` once."""
+    add_choice(server_args)
+    cls = server_args.ServerArgs
+    point = fold_point(cls)
+    if not getattr(getattr(cls, point), _WRAPPED_FLAG, False):
+        setattr(cls, point, _wrap(getattr(cls, point), declare=point == "resolve_once"))

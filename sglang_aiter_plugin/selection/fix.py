@@ -49,25 +49,12 @@ from sglang_aiter_plugin.selection.sites import (
     install_construction_sites,
 )
 
-__all__ = ["DONE", "NAME", "Steps", "add_choice", "aiter_ext_apply_fix"]
+__all__ = ["DONE", "NAME", "Steps", "aiter_ext_apply_fix"]
 
 NAME = "attention-backend"
 DONE = f"`--attention-backend {EXT_NAME}` resolves as 'aiter' and builds the plugin's classes"
 WHAT = {SERVER_ARGS_MODULE: "the CLI choice and the fold",
         REGISTRY_MODULE: "the backend registry entry and the EAGLE/MTP draft factories"}
-
-
-def add_choice(server_args: ModuleType) -> None:
-    """Add ``aiter-ext`` to the shared choices list, in place and only once."""
-    choices: list[str] = server_args.ATTENTION_BACKEND_CHOICES
-    if EXT_NAME not in choices:
-        choices.append(EXT_NAME)
-
-
-def install_choice_and_fold(server_args: ModuleType) -> None:
-    """The choice and the fold: both live on ``sglang.srt.server_args``."""
-    add_choice(server_args)
-    install_fold(server_args.ServerArgs)
 
 
 class Steps:
@@ -87,7 +74,7 @@ class Steps:
         self._failed: str | None = None
         self._sites_wanted = False
         self._last: FixStatus | None = None
-        self._run_fold = functools.partial(self._run, SERVER_ARGS_MODULE, install_choice_and_fold)
+        self._run_fold = functools.partial(self._run, SERVER_ARGS_MODULE, install_fold)
         self._run_sites = functools.partial(self._run, REGISTRY_MODULE, install_construction_sites)
 
     def start(self) -> FixStatus:

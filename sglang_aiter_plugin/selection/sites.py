@@ -22,7 +22,7 @@ from sglang_aiter_plugin.selection.choice import EXT_NAME, STOCK_NAME, is_select
 
 __all__ = ["AITER_MODULE", "DRAFT_UTILS_MODULE", "PLUGIN_CLASSES", "REGISTRY_MODULE",
            "SERVER_ARGS_MODULE", "TARGETS", "Target", "UnfoldedSelectionError",
-           "build_plugin_classes", "install_construction_sites"]
+           "install_construction_sites"]
 
 SERVER_ARGS_MODULE = "sglang.srt.server_args"
 REGISTRY_MODULE = "sglang.srt.layers.attention.attention_registry"
@@ -76,22 +76,16 @@ class UnfoldedSelectionError(AiterExtError, RuntimeError):
     """``aiter-ext`` reached the model runner without having been resolved as ``aiter``."""
 
 
-def build_plugin_classes(fn: Callable[..., Any], builds: str, *args: Any, **kwargs: Any) -> Any:
-    """Run sglang's construction function ``fn`` so that the ``builds`` class it imports is ours
-    (after ``require_aiter()``: without ROCm the message names ROCm and aiter)."""
-    backend.require_aiter()
-    classes = importlib.import_module("sglang_aiter_plugin.backend.classes")  # imports sglang's
-    cls = getattr(classes, PLUGIN_CLASSES[builds])
-    return rebound(fn, {builds: cls}, module=AITER_MODULE)(*args, **kwargs)
-
-
 def _selecting(original: Callable[..., Any], builds: str,
                record_of: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if is_selected(record_of(*args)):
-            return build_plugin_classes(original, builds, *args, **kwargs)
-        return original(*args, **kwargs)
+        if not is_selected(record_of(*args)):
+            return original(*args, **kwargs)
+        backend.require_aiter()  # first: without ROCm the message names ROCm and aiter
+        classes = importlib.import_module("sglang_aiter_plugin.backend.classes")  # imports sglang's
+        cls = getattr(classes, PLUGIN_CLASSES[builds])
+        return rebound(original, {builds: cls}, module=AITER_MODULE)(*args, **kwargs)
 
     setattr(wrapper, _WRAPPED_FLAG, True)
     return wrapper

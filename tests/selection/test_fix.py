@@ -43,7 +43,7 @@ def test_real_parser_still_rejects_unknown_names(
 def test_choice_is_added_once_in_the_shared_list(plugins_loaded: None) -> None:
     from sglang.srt import server_args
 
-    from sglang_aiter_plugin.selection.fix import add_choice
+    from sglang_aiter_plugin.selection.choice import add_choice
 
     add_choice(server_args)
     add_choice(server_args)

@@ -110,29 +110,24 @@ def all_gather_unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
     return comm.all_gather_unreg(*args, **kwargs)
 
 
-def _fused_form(comm: Any, inp: Any, method: str) -> Callable[..., Any] | None:
-    """The fused call's unregistered form ``method`` (as sglang's piecewise-graph branch uses),
-    or ``None`` ("fusion unavailable") where aiter's gate says no or the communicator lacks it."""
-    if comm.disabled or not comm.should_custom_ar(inp):
-        return None  # aiter's own answer for this input
-    unregistered = getattr(comm, method, None)
-    form = "unfused" if unregistered is None else "unregistered"
-    if form not in _taken:
-        _taken.add(form)
-        logger.info("sglang-aiter-plugin: a fused all-reduce+RMSNorm capture (%s) got %s",
-                    method, _FUSED_FORMS[form])
-    return unregistered
-
-
 def fused_unregistered(method: str, *names: str) -> Callable[..., Any]:
     """A fused call's form that registers nothing: ``comm.method(..., registered=False)`` (aiter's
-    ``fused_ar_rms[_per_group_quant]``), the arguments after ``eps`` passed by their ``names``."""
+    ``fused_ar_rms[_per_group_quant]``, as sglang's piecewise-graph branch uses), the arguments
+    after ``eps`` passed by their ``names``; ``None`` ("fusion unavailable") where aiter's gate
+    says no or the communicator lacks ``method``."""
 
     def unregistered(comm: Any, input: Any, residual_inp: Any, weight: Any, eps: float,
                      *rest: Any, **kwargs: Any) -> Any:
         if len(rest) > len(names):
             raise TypeError(f"{method}: {len(rest)} arguments after eps; it takes {names}")
-        fused = _fused_form(comm, input, method)
+        if comm.disabled or not comm.should_custom_ar(input):
+            return None  # aiter's own answer for this input
+        fused = getattr(comm, method, None)
+        form = "unfused" if fused is None else "unregistered"
+        if form not in _taken:
+            _taken.add(form)
+            logger.info("sglang-aiter-plugin: a fused all-reduce+RMSNorm capture (%s) got %s",
+                        method, _FUSED_FORMS[form])
         if fused is None:
             return None
         return fused(input, residual_inp, w=weight, eps=eps, registered=False,
@@ -147,11 +142,9 @@ _lock = threading.Lock()
 def is_installed(cls: type, name: str) -> bool:
     """Whether a wrapper :func:`install` made is anywhere on ``cls.name``."""
     fn = vars(cls).get(name)
-    while fn is not None:
-        if hasattr(fn, MARK):
-            return True
+    while fn is not None and not hasattr(fn, MARK):
         fn = getattr(fn, "__wrapped__", None)
-    return False
+    return fn is not None
 
 
 def install(cls: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
@@ -302,7 +295,7 @@ class Collective(CollectiveFix):
         note = f" ({', '.join(absent)}: not in {where(version)})" if absent else ""
         needed = [(name, result) for name, result in found if result.ignored]
         if not needed:
-            honoured = ", ".join(found[0][1].honoured) if found else "-"
+            honoured = ", ".join(Condition) if found else "-"  # no method ignores any
             verb = "captures" if len(found) == 1 else "capture"
             return self._decided(FixState.NOT_NEEDED, f"{where(version)}'s {names} already {verb} "
                                  f"unregistered under: {honoured}{note}")
@@ -380,4 +373,3 @@ class AllReduceCheck(CollectiveFix):
             f"communicator is built with {REGISTER_FLAG}=False, sglang's own one passes "
             f"registered=False) and under {flag} ({method} calls aiter's custom_all_reduce, "
             "which follows it); sglang defines no copy-in for all-reduce; nothing installed")
-

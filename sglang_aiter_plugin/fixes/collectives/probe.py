@@ -213,10 +213,6 @@ class ProbeResult(NamedTuple):
             return ()
         return tuple(c for c in Condition if self.under[c])
 
-    @property
-    def honoured(self) -> tuple[Condition, ...]:
-        return tuple(c for c in Condition if c not in self.ignored)
-
 
 def below_wrappers(cls: type, name: str) -> Callable[..., Any]:
     """sglang's own function for ``cls.name``, below any wrapper (``AttributeError`` if none)."""

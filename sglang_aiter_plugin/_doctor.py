@@ -260,7 +260,7 @@ def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> bool:
                    f"'{ENTRY_POINT_NAME}' out; add it to the list or unset the variable")
     elif result["error"]:
         report.add("discovery", FAIL, "entry point found but sglang failed to load it: "
-                   f"{shorten(result['error'], 300)[1:-1]}")
+                   f"{shorten(result['error'], 300, quoted=False)}")
     elif platform_name := os.environ.get("SGLANG_PLATFORM"):
         report.add("discovery", FAIL, f"SGLANG_PLATFORM={shorten(platform_name)} "
                    "excludes this distribution")

@@ -12,11 +12,12 @@ class AiterExtError(Exception):
     (``ValueError``, ``RuntimeError``), so ``except`` clauses for those keep working."""
 
 
-def shorten(value: str, limit: int = 80) -> str:
-    """``repr(value)``, cut to ``limit`` characters with a marker saying how long it was."""
-    if len(value) <= limit:
-        return repr(value)
-    return f"{value[:limit]!r}... ({len(value):,} characters in all)"
+def shorten(value: str, limit: int = 80, *, quoted: bool = True) -> str:
+    """``value`` (its ``repr`` when ``quoted``), cut to ``limit`` characters with a marker
+    saying how long it was."""
+    cut = value[:limit]
+    text = repr(cut) if quoted else cut
+    return text if len(value) <= limit else f"{text}... ({len(value):,} characters in all)"
 
 
 def summarise(items: Sequence[str], limit: int = 5) -> str:

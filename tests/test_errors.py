@@ -8,6 +8,7 @@ import pkgutil
 
 import sglang_aiter_plugin
 from sglang_aiter_plugin import AiterExtError
+from sglang_aiter_plugin._errors import shorten
 
 
 def _plugin_exceptions() -> list[type[BaseException]]:
@@ -34,3 +35,11 @@ def test_every_plugin_exception_derives_from_the_one_base() -> None:
 def test_the_base_is_exported_at_the_top() -> None:
     assert "AiterExtError" in sglang_aiter_plugin.__all__
     assert sglang_aiter_plugin.AiterExtError is AiterExtError
+
+
+def test_a_long_value_is_cut_with_its_length_quoted_or_not() -> None:
+    long = "x" * 400
+    assert shorten("short") == "'short'"
+    assert shorten("short", quoted=False) == "short"
+    assert shorten(long, 300) == f"'{'x' * 300}'... (400 characters in all)"
+    assert shorten(long, 300, quoted=False) == f"{'x' * 300}... (400 characters in all)"

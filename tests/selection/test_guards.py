@@ -84,9 +84,9 @@ def test_lists_aiter_is_absent_from_stay_without_aiter_ext(
         assert "aiter-ext" not in values
 
 
-def test_aiter_ext_is_only_in_the_cli_choices_and_the_registry(plugins_loaded: None) -> None:
-    """No other module-level collection of sglang's learned the new name (the modules a launch
-    imports, imported here: run alone, nothing else has)."""
+def test_aiter_ext_is_only_in_the_cli_choices_and_the_registry(construction_sites: None) -> None:
+    """No other module-level collection of sglang's learned the new name, once a launch chose
+    aiter-ext (the modules a launch imports, imported here: run alone, nothing else has)."""
     importlib.import_module("sglang.srt.server_args")
     importlib.import_module("sglang.srt.layers.attention.attention_registry")
     importlib.import_module("sglang.srt.speculative.draft_utils")

@@ -1,7 +1,8 @@
 """`sglang-aiter-plugin doctor`: table and JSON output, exit codes that mean something.
 
-Each run of the console script costs seconds, so one run checks every row it can; what needs no
-fresh process (the selection rules, the table layout) is checked in this one.
+Each doctor run costs seconds (its discovery check starts a fresh interpreter), so one run checks
+every row it can; what needs no run (the selection rules, the table layout) is checked in this
+process. The default run goes through the console script, the others through its ``main``.
 """
 
 from __future__ import annotations

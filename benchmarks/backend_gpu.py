@@ -2,10 +2,11 @@
 
 Both backends are sglang's real code (``AiterAttnBackend`` and the plugin's subclass), configured
 by sglang's own parser (two-batch overlap, a request pool P = 129, so the padded graph batch is
-130), with aiter's kernels replaced by the reference kernels of ``gpu/reference_kernels.py``
-(there is no ROCm on an NVIDIA GPU; the metadata code, including sglang's Triton kv-indices
-kernel, is sglang's own). Every measurement interleaves the variants round by round; the noise
-is ``aiter`` timed twice (the same backend object under a second name).
+130), with aiter's kernels replaced by the reference kernels of
+``testkit/doubles/aiter_gpu_kernels.py`` (there is no ROCm on an NVIDIA GPU; the metadata code,
+including sglang's Triton kv-indices kernel, is sglang's own). Every measurement interleaves the
+variants round by round; the noise is ``aiter`` timed twice (the same backend object under a
+second name).
 
 1. Per-step metadata: ``init_forward_metadata_out_graph(in_capture=False)`` (0.5.23; the replay
    method on older releases) and the capture-time metadata call, for 1, 8, 32, 128 and P real

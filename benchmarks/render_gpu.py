@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmarks._format import header
+from benchmarks._format import fmt, header
 
-__all__ = ["backend_gpu", "bounds_check"]
+__all__ = ["backend_gpu", "bounds_check", "server_gpu"]
 
 
 def backend_gpu(data: dict[str, Any], out_dir: Path) -> list[str]:
@@ -106,4 +106,21 @@ def bounds_check(data: dict[str, Any], _: Path) -> list[str]:
                 f"| {r['delta_cpu_us']:+.2f} | {g['plain']['median']:.1f} / "
                 f"{g['checked']['median']:.1f} | **{r['ratio_gpu']:.3f}** | {r['noise_gpu']:.3f} |")
         lines.append("")
+    return lines
+
+
+def server_gpu(data: dict[str, Any], _: Path) -> list[str]:
+    lines = ["## Real servers on a GPU: `aiter-ext` against `aiter` with decode CUDA graphs", "",
+             *header(data)]
+    lines += [f"Three servers (pool {data['pool']}, decode graphs up to {data['graph_max_bs']}), "
+              f"{data['rounds']} rounds of {data['prompts']} prompts x {data['new_tokens']} "
+              "greedy tokens each, one server busy at a time, order rotated per round.", "",
+              "| server | start-up to ready | decode throughput |", "| --- | --- | --- |"]
+    for label, s in data["tokens_per_s"].items():
+        lines.append(f"| {label} | {data['ready_s'][label]:.1f} s | {fmt(s, 'tokens/s')} |")
+    lines += ["",
+              f"- Decode throughput, `aiter-ext / aiter`: **{data['throughput_ratio']:.3f}** "
+              f"(noise, `aiter` against itself: {data['throughput_noise']:.3f}).",
+              f"- Start-up to ready, `aiter-ext / aiter`: **{data['ready_ratio']:.3f}** "
+              f"(noise: {data['ready_noise']:.3f}; one start each).", ""]
     return lines

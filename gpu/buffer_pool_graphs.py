@@ -12,7 +12,8 @@ P whose captured ``max_bs`` exceeds it:
 3. ``eager``: the same decode steps without graphs (for ``compute-sanitizer`` with
    ``PYTORCH_NO_CUDA_MEMORY_CACHING=1``), plus the block-size-16 reading of ``kv_last_page_lens``.
 
-aiter's kernels are replaced by ``gpu/reference_kernels.py`` (same per-row memory contract).
+aiter's kernels are replaced by ``testkit/doubles/aiter_gpu_kernels.py`` (same per-row memory
+contract).
 Prints one JSON line per result; the exit status is 0 whatever the results (they are evidence).
 """
 
@@ -46,7 +47,6 @@ _tolerate_transformers_reregistration()
 
 import torch  # noqa: E402
 
-from gpu import reference_kernels as ref  # noqa: E402
 from testkit.decode_batch import (  # noqa: E402
     Batch,
     DecodeBatch,
@@ -54,6 +54,7 @@ from testkit.decode_batch import (  # noqa: E402
     draft_metadata,
 )
 from testkit.doubles import aiter_backend_imports  # noqa: E402
+from testkit.doubles import aiter_gpu_kernels as ref  # noqa: E402
 from testkit.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
 from testkit.unified_kernel import make_layer, reference_rows  # noqa: E402
 

@@ -10,9 +10,10 @@ sglang's eager forward runs it:
 * ``idle``: an idle rank beside a full one; the padding makes it 34 padding rows;
 * ``extend``: a full rank of P requests extending 3 tokens each (rows unpadded, tokens padded).
 
-aiter's kernels are replaced by ``gpu/reference_kernels.py`` (aiter's per-row memory contract), so
-``compute-sanitizer --tool memcheck`` with ``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` sees every read and
-write past a per-batch buffer. Real rows are compared with a torch reference from the request table.
+aiter's kernels are replaced by ``testkit/doubles/aiter_gpu_kernels.py`` (aiter's per-row memory
+contract), so ``compute-sanitizer --tool memcheck`` with ``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` sees
+every read and write past a per-batch buffer. Real rows are compared with a torch reference from
+the request table.
 Prints one ``RESULT`` JSON line per result; exits 0 whatever the results (they are evidence).
 """
 
@@ -27,8 +28,8 @@ from typing import Any
 import torch
 
 from gpu import buffer_pool_graphs as bpg  # makes aiter unimportable first
-from gpu import reference_kernels as ref
 from testkit.batch_paths import SCENARIOS, graphs_off
+from testkit.doubles import aiter_gpu_kernels as ref
 from testkit.mlp_sync import mlp_synced_batch
 from testkit.sglang_setup import configure, write_model_dir
 

@@ -9,7 +9,8 @@ configuration (real ``ServerArgs``, real pools, graph sizes from ``get_batch_siz
   ``cuda_graph_kv_indices``. On 0.5.11-0.5.12.post1 upstream sizes that buffer per page: run
   under ``compute-sanitizer --tool memcheck`` with ``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` (every
   tensor its own allocation) the write past it is reported in sglang's kernel. The attention
-  kernel is ``gpu/reference_kernels.py``'s ``paged_attention_ragged`` (aiter's memory contract);
+  kernel is ``testkit/doubles/aiter_gpu_kernels.py``'s ``paged_attention_ragged`` (aiter's memory
+  contract);
   every real row is compared with a torch reference over ``req_to_token``.
 * ``unified``: page size 1, no sliding window, ``SGLANG_USE_AITER_UNIFIED_ATTN=1``, with aiter's
   real Triton ``unified_attention`` (``--aiter-tree``, loaded by ``testkit/doubles/aiter_triton``).
@@ -49,36 +50,13 @@ _tolerate_missing_sgl_kernel_ops()
 
 from gpu import buffer_pool_graphs as bpg  # noqa: E402  (blocks aiter first)
 from testkit.decode_batch import DecodeBatch  # noqa: E402
+from testkit.doubles.aiter_triton import MIN_TILE, tiles_of_at_least_16  # noqa: E402
 from testkit.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
 from testkit.unified_kernel import (  # noqa: E402
     fill_paged_requests,
     make_layer,
     reference_rows,
 )
-
-MIN_TILE = 16
-"""Triton's NVIDIA backend compiles ``tl.dot`` only for K >= 16; aiter's decode tile is the page
-size (1 here). See :func:`_tile_of_at_least_16`."""
-
-
-def _tile_of_at_least_16(module: Any) -> None:
-    """Run aiter's 2D unified kernel with a KV tile of 16 tokens where its decode configuration
-    picks the page size (1), which Triton's NVIDIA backend cannot compile.
-
-    The kernel gathers each tile token by token through the page table (``seq_offset //
-    BLOCK_SIZE``, masked at the sequence end), as aiter's own prefill configuration does with
-    64-token tiles over 1-token pages; which table entries it reads is unchanged. The 3D
-    (split) kernel is not used: it derives its gather count from the tile.
-    """
-    select_2d = module.select_2d_config
-
-    def select_2d_config(*args: Any, **kw: Any) -> Any:
-        config = select_2d(*args, **kw)
-        config["TILE_SIZE"] = max(MIN_TILE, config["TILE_SIZE"])
-        return config
-
-    module.select_2d_config = select_2d_config
-    module.use_2d_kernel = lambda *args, **kw: True
 
 emit = bpg.emit
 TOLERANCE = 2e-2  # bf16
@@ -179,8 +157,8 @@ def main() -> None:
             mod.unified_attention = kernel.unified_attention
             origin = kernel.tree.origin
         if args.device == "cuda":
-            _tile_of_at_least_16(kernel.module)
-            origin += f"; 2D kernel, KV tile >= {MIN_TILE} (see _tile_of_at_least_16)"
+            tiles_of_at_least_16(kernel.module)
+            origin += f"; 2D kernel, KV tile >= {MIN_TILE} (see tiles_of_at_least_16)"
     emit(part="versions", sglang=sglang.__version__, torch=torch.__version__,
          triton=triton.__version__, aiter=origin, date_utc=__import__("datetime").datetime.now(
              __import__("datetime").timezone.utc).isoformat(timespec="seconds"),

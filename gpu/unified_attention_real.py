@@ -4,7 +4,8 @@
 aiter source tree (``--aiter-tree``: a folder holding ``aiter/`` and an ``AITER_ORIGIN`` line
 naming the tree and commit) by ``testkit/doubles/aiter_triton.py``. ``paged_attention_ragged`` and
 ``mha_batch_prefill_func`` are compiled HIP/CK in aiter, with no Triton twin: the unified paths
-exercised here never call them, and ``gpu/reference_kernels.py`` still stands in for them.
+exercised here never call them, and ``testkit/doubles/aiter_gpu_kernels.py`` still stands in for
+them.
 
 For each backend (``aiter-ext`` and upstream ``AiterAttnBackend``), built through sglang's own
 configuration with a request pool P whose captured ``max_bs`` exceeds it, on sglang's unified

@@ -11,6 +11,13 @@ What a CPU server needs (sglang 0.5.23, measured): ``SGLANG_USE_CPU_ENGINE=1``, 
 is sized from host RAM), Triton's interpreter (sglang's KV-index kernels are Triton); with several
 ranks ``SGLANG_NCCL_SO_PATH`` naming no library (the groups then use gloo) and one OpenMP binding
 per rank.
+
+On a CUDA GPU (:data:`CUDA`) the same launch runs sglang's own CUDA-graph runner: decode graphs
+captured at start-up and replayed while serving (prefill graphs off). What such a server needs
+besides the doubles (sglang 0.5.23 on an H200 without the ``sglang-kernel`` wheel, measured):
+sglang's fused ops on torch (``SGLANG_FORCE_FUSED_OP_BACKEND=torch``), torch sampling, and
+``sglang-kernel`` version metadata for the import stub
+(:func:`testkit.doubles.server_plugin.site_dir`).
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ import psutil
 
 from testkit.doubles import aiter_kernels, server_plugin
 
-__all__ = ["Output", "Server", "ServerFailed", "launch", "running"]
+__all__ = ["CPU", "CUDA", "Output", "Platform", "Server", "ServerFailed", "launch", "running"]
 
 ROOT = Path(__file__).resolve().parents[1]
 SGL_KERNEL_STUB_DIR = ROOT / "gpu" / "wheelhouse"
@@ -46,6 +53,47 @@ REQUEST_TIMEOUT_S = 300.0
 STOP_GRACE_S = 20.0
 CHILD_FAILED = "SIGQUIT received"
 """What sglang's launcher logs when one of its processes failed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Platform:
+    """Where a server runs: what it adds to the server's environment and command line."""
+
+    device: str
+    env: tuple[tuple[str, str], ...]
+    flags: tuple[str, ...]
+
+    def graph_flags(self, graph_max_bs: int | None) -> tuple[str, ...]:
+        """Decode CUDA graphs up to ``graph_max_bs`` requests (``None``: graphs off)."""
+        if self.device == "cpu" or graph_max_bs is None:
+            return ("--disable-cuda-graph",)
+        from sglang.srt.server_args import ServerArgs
+
+        fields = {f.name for f in dataclasses.fields(ServerArgs)}
+        flags: tuple[str, ...] = ()
+        if "cuda_graph_max_bs_decode" in fields:  # 0.5.23: the bare flag is ambiguous
+            flags += ("--cuda-graph-max-bs-decode", str(graph_max_bs))
+        else:
+            flags += ("--cuda-graph-max-bs", str(graph_max_bs))
+        if "cuda_graph_backend_prefill" in fields:  # decode graphs only
+            flags += ("--cuda-graph-backend-prefill", "disabled")
+        return flags
+
+
+CPU = Platform("cpu", (
+    ("SGLANG_USE_CPU_ENGINE", "1"),
+    ("TRITON_INTERPRET", "1"),
+    # sglang's CPU path torch.compiles a few helpers under DP attention: tens of seconds of
+    # C++ builds per server for no difference in what is computed
+    ("TORCHDYNAMO_DISABLE", "1"),
+), ("--device", "cpu"))
+CUDA = Platform("cuda", (
+    # sglang's fused RMSNorm, SiLU-and-mul and rotary on torch (the sgl_kernel stub has none)
+    ("SGLANG_FORCE_FUSED_OP_BACKEND", "torch"),
+    ("TORCHDYNAMO_DISABLE", "1"),
+), ("--sampling-backend", "pytorch", "--mem-fraction-static", "0.3"))
+"""One GPU per rank; several servers may share one GPU (each takes what it needs, well below
+the static fraction, which only bounds it)."""
 
 
 class ServerFailed(RuntimeError):
@@ -251,41 +299,42 @@ def _pgid(pid: int) -> int | None:
 
 def launch(model: Path, backend: str, work: Path, *, doubles: str = "aiter,rocm-host,fill-value",
            ranks: int = 1, extra: tuple[str, ...] = (), env: dict[str, str] | None = None,
-           max_running: int = 8, wait: bool = True) -> Server:
+           max_running: int = 8, wait: bool = True, platform: Platform = CPU,
+           graph_max_bs: int | None = None, wrap: tuple[str, ...] = ()) -> Server:
     """Start ``launch_server`` for ``model`` with ``--attention-backend backend``.
 
     ``doubles``: what the test plugin installs (:mod:`testkit.doubles.server_plugin`). ``ranks``:
     ``--tp``. ``wait``: block until the server answers (or raise :class:`ServerFailed`).
+    ``platform``: :data:`CPU` or :data:`CUDA`; ``graph_max_bs``: on CUDA, capture decode graphs
+    up to this batch (``None``: none). ``wrap``: a command the launcher runs under (for example
+    ``compute-sanitizer``).
     """
     work.mkdir(parents=True, exist_ok=True)
     record_dir = work / "records"
     record_dir.mkdir(exist_ok=True)
-    site = server_plugin.site_dir(work / "site")
+    site = server_plugin.site_dir(work / "site", gpu=platform.device != "cpu")
     port = _free_port()
     child_env = dict(os.environ)
     path = [str(site), str(ROOT), str(SGL_KERNEL_STUB_DIR)]
     if child_env.get("PYTHONPATH"):
         path.append(child_env["PYTHONPATH"])
+    child_env.update(platform.env)
     child_env.update({
         "PYTHONPATH": os.pathsep.join(path),
-        "SGLANG_USE_CPU_ENGINE": "1",
-        "TRITON_INTERPRET": "1",
         server_plugin.DOUBLES_VAR: doubles,
         aiter_kernels.RECORD_DIR_VAR: str(record_dir),
         aiter_kernels.WRONG_SLOT_FLAG_VAR: str(work / "wrong-kv-slot"),
-        "SGLANG_NCCL_SO_PATH": str(work / "no-libnccl.so"),
         "PYTHONUNBUFFERED": "1",
-        # sglang's CPU path torch.compiles a few helpers under DP attention: tens of seconds of
-        # C++ builds per server for no difference in what is computed
-        "TORCHDYNAMO_DISABLE": "1",
     })
-    if ranks > 1:
-        child_env["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(str(r % 2) for r in range(ranks))
+    if platform.device == "cpu":
+        child_env["SGLANG_NCCL_SO_PATH"] = str(work / "no-libnccl.so")
+        if ranks > 1:
+            child_env["SGLANG_CPU_OMP_THREADS_BIND"] = "|".join(str(r % 2) for r in range(ranks))
     child_env.update(env or {})
-    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model),
-           "--device", "cpu", "--dtype", "float32", "--load-format", "safetensors",
+    cmd = [*wrap, sys.executable, "-m", "sglang.launch_server", "--model-path", str(model),
+           *platform.flags, "--dtype", "float32", "--load-format", "safetensors",
            "--skip-tokenizer-init", "--context-length", "512", "--max-total-tokens", "4096",
-           "--disable-cuda-graph", "--attention-backend", backend,
+           *platform.graph_flags(graph_max_bs), "--attention-backend", backend,
            "--max-running-requests", str(max_running), "--tp", str(ranks),
            "--host", "127.0.0.1", "--port", str(port), *extra]
     log_path = work / "server.log"

@@ -11,6 +11,8 @@ __all__ = ["DOUBLES"]
 DOUBLES: dict[str, str] = {
     "aiter_backend_imports": "the one name sglang's aiter backend binds only beside aiter "
     "(reset_verify_attn_plan_cache, 0.5.20+)",
+    "aiter_gpu_kernels": "aiter's compiled decode and extend kernels on a CUDA GPU: capture-safe "
+    "Triton references with aiter's per-row memory contract",
     "aiter_kernels": "the ROCm aiter package inside a real server: torch reference decode and "
     "extend kernels with aiter's per-row contract (or aiter's real Triton unified_attention), "
     "every other name refusing",
@@ -26,5 +28,6 @@ DOUBLES: dict[str, str] = {
     "rocm_platform": "the ROCm host itself (sglang's platform answers, not torch's)",
     "server_plugin": "a test-only sglang plugin installing the server doubles in every process "
     "a real server starts (aiter kernels, the plugin's ROCm host answer, sglang's missing CPU "
-    "fill value)",
+    "fill value; on a GPU the dual-GEMM import stand-in, the graph-replay recorder and the "
+    "sgl_kernel stub's version metadata)",
 }

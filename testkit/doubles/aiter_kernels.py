@@ -14,12 +14,18 @@ real package cannot import, so :func:`install` puts a stand-in package in ``sys.
   Triton's interpreter) when ``unified`` is asked for; otherwise a stand-in that refuses;
 * every other name (and any ``aiter.*`` submodule) a callable that raises, naming itself.
 
+On a CUDA GPU (``on_gpu``) the decode and extend kernels are the capture-safe Triton references
+of :mod:`testkit.doubles.aiter_gpu_kernels` (same contract, no host reads of device values), so
+sglang's decode CUDA graphs capture them.
+
 Observation, for the tests: each process appends one line to ``<record dir>/<pid>.log`` the first
 time the decode kernel sees a batch of a given number of rows (``paged_attention_ragged rows=4``).
 
 The control: while the file named by :data:`WRONG_SLOT_FLAG_VAR` exists, the decode kernel
 reads the second KV slot of each sequence in place of its first (one wrong slot), so its output
-must differ from a correct backend's.
+must differ from a correct backend's. On the GPU the kernel reads a device flag, which
+:func:`refresh_control` sets from the file (at each eager call, and before each graph replay
+where the server's replay recorder calls it), so captured graphs follow the control too.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from typing import Any
 import torch
 
 __all__ = ["RECORD_DIR_VAR", "WRONG_SLOT_FLAG_VAR", "install", "mha_batch_prefill_func",
-           "paged_attention_ragged", "record", "recording_unified"]
+           "paged_attention_ragged", "record", "recording_unified", "refresh_control"]
 
 WRONG_SLOT_FLAG_VAR = "SGLANG_E2E_WRONG_KV_SLOT_FLAG"
 """A path: while a file exists there, the decode kernel reads one wrong KV slot (the control)."""
@@ -87,7 +93,7 @@ def paged_attention_ragged(
     if num_seqs not in _rows_seen:
         _rows_seen.add(num_seqs)
         record(f"paged_attention_ragged rows={num_seqs}")
-    wrong = os.path.exists(os.environ.get(WRONG_SLOT_FLAG_VAR) or "\0")
+    wrong = _control_on()
     k_all, v_all = _tokens(key_cache), _tokens(value_cache)
     bounds = kv_indptr[: num_seqs + 1].tolist()
     for s in range(num_seqs):
@@ -97,6 +103,38 @@ def paged_attention_ragged(
             slots[0] = slots[1]
         o = _attend(query[s:s + 1], k_all[slots], v_all[slots], float(scale), None)
         out[s].copy_(o[0].to(out.dtype))
+
+
+def _control_on() -> bool:
+    return os.path.exists(os.environ.get(WRONG_SLOT_FLAG_VAR) or "\0")
+
+
+_device_flags: dict[torch.device, torch.Tensor] = {}
+
+
+def refresh_control() -> None:
+    """Set the GPU decode kernel's control flag from the flag file (outside graph capture)."""
+    on = int(_control_on())
+    for flag in _device_flags.values():
+        flag.fill_(on)
+
+
+def _gpu_paged_attention_ragged(out: torch.Tensor, workspace_buffer: torch.Tensor,
+                                query: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+    from testkit.doubles import aiter_gpu_kernels
+
+    num_seqs = query.shape[0]
+    if num_seqs not in _rows_seen:
+        _rows_seen.add(num_seqs)
+        record(f"paged_attention_ragged rows={num_seqs}")
+    flag = _device_flags.get(query.device)
+    if flag is None:  # first seen outside a capture: sglang runs eager warm-up steps first
+        flag = _device_flags[query.device] = torch.zeros(1, dtype=torch.int32,
+                                                         device=query.device)
+    if not torch.cuda.is_current_stream_capturing():
+        refresh_control()
+    aiter_gpu_kernels.paged_attention_ragged(out, workspace_buffer, query, *args,
+                                             wrong_slot=flag, **kwargs)
 
 
 def mha_batch_prefill_func(
@@ -189,14 +227,21 @@ def _make_kernel_repr(name: str, *args: Any, **kwargs: Any) -> Callable[..., str
     return kernel_repr
 
 
-def install(*, unified: Callable[..., Any] | None = None) -> None:
+def install(*, unified: Callable[..., Any] | None = None, on_gpu: bool = False) -> None:
     """Put the stand-in ``aiter`` package in ``sys.modules`` (``unified``: the real Triton
-    ``unified_attention`` to expose, when the unified path is under test)."""
+    ``unified_attention`` to expose, when the unified path is under test; ``on_gpu``: the
+    capture-safe GPU references for decode and extend)."""
     if isinstance(sys.modules.get("aiter"), _StubModule):
         return
     uni = unified or _refusing("unified_attention")
-    _module("aiter", paged_attention_ragged=paged_attention_ragged,
-            mha_batch_prefill_func=mha_batch_prefill_func)
+    if on_gpu:
+        from testkit.doubles import aiter_gpu_kernels
+
+        _module("aiter", paged_attention_ragged=_gpu_paged_attention_ragged,
+                mha_batch_prefill_func=aiter_gpu_kernels.mha_batch_prefill_func)
+    else:
+        _module("aiter", paged_attention_ragged=paged_attention_ragged,
+                mha_batch_prefill_func=mha_batch_prefill_func)
     for name in ("aiter.ops", "aiter.ops.triton", "aiter.ops.triton.attention"):
         _module(name)
     _module("aiter.ops.triton.attention.unified_attention", unified_attention=uni)

@@ -12,6 +12,8 @@ plain Triton: it runs on an NVIDIA GPU and, slowly, under Triton's CPU interpret
   import (``utils/_triton/arch_info``, ``utils/types``), which read the target at import time;
 * on CUDA, the AMD-only launch options aiter passes (``waves_per_eu`` and the like), which
   Triton's CUDA backend rejects, are dropped at launch;
+* on NVIDIA at page size 1, :func:`tiles_of_at_least_16` (asked for explicitly), since Triton's
+  NVIDIA backend cannot compile aiter's 1-token decode tile;
 * without a GPU (the interpreter), the compute-unit count aiter sizes its grid by is a value
   given here (``num_sms``), since there is no device to ask.
 
@@ -39,6 +41,7 @@ __all__ = [
     "LoadedKernel",
     "installed_tree",
     "loaded",
+    "tiles_of_at_least_16",
     "tree_at",
 ]
 
@@ -61,6 +64,9 @@ AMD_ONLY_LAUNCH_OPTIONS = frozenset(
 )
 HIP_ARCH, HIP_WARP_SIZE = "gfx942", 64
 MI300X_COMPUTE_UNITS = 304
+MIN_TILE = 16
+"""Triton's NVIDIA backend compiles ``tl.dot`` only for K >= 16; aiter's decode tile is the page
+size."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +221,26 @@ def loaded(tree: AiterTree, *, num_sms: int | None = None) -> Iterator[LoadedKer
         for name in [k for k in sys.modules if k == "aiter" or k.startswith("aiter.")]:
             del sys.modules[name]
         sys.modules.update(saved)
+
+
+def tiles_of_at_least_16(module: types.ModuleType) -> None:
+    """Run aiter's 2D unified kernel with a KV tile of 16 tokens where its decode configuration
+    picks the page size (1), which Triton's NVIDIA backend cannot compile.
+
+    The kernel gathers each tile token by token through the page table (``seq_offset //
+    BLOCK_SIZE``, masked at the sequence end), as aiter's own prefill configuration does with
+    64-token tiles over 1-token pages; which table entries it reads is unchanged. The 3D
+    (split) kernel is not used: it derives its gather count from the tile.
+    """
+    select_2d = module.select_2d_config
+
+    def select_2d_config(*args: Any, **kw: Any) -> Any:
+        config = select_2d(*args, **kw)
+        config["TILE_SIZE"] = max(MIN_TILE, config["TILE_SIZE"])
+        return config
+
+    module.select_2d_config = select_2d_config  # type: ignore[attr-defined]
+    module.use_2d_kernel = lambda *args, **kw: True  # type: ignore[attr-defined]
 
 
 def _kernels_module(entry: str) -> str:

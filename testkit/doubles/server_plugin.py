@@ -18,6 +18,23 @@ What is installed is chosen by ``SGLANG_E2E_DOUBLES`` (comma-separated):
   backend's CUDA-graph fill value, else 1 as sglang's AMX backend answers), which DP
   attention's padding calls on CPU (0.5.23) and only sglang's AMX backends define.
 
+On a CUDA GPU:
+
+* ``capture-safe``: with ``aiter``, the decode and extend kernels are the capture-safe GPU
+  references (:mod:`testkit.doubles.aiter_gpu_kernels`); with ``unified``, aiter's Triton kernel
+  comes from the tree named by :data:`AITER_TREE_VAR` (else the installed ``amd-aiter``) and
+  runs with 16-token tiles (:func:`testkit.doubles.aiter_triton.tiles_of_at_least_16`);
+* ``dual-gemm``: an import stand-in for ``sglang.kernels.ops.gemm.cutedsl_dual_gemm`` (0.5.23's
+  MLP imports it on CUDA; the real module needs nvidia-cutlass-dsl): its mode enum, a decode
+  token limit of 0, and "no dual GEMM" for every shape (float32 weights never choose it);
+* ``graph-replays``: a recorder of sglang's own decode CUDA-graph runner: the sizes it captured
+  (``graph captured bs=[1, 2, 4]``) and, for each replay, the graph's size and the real batch
+  (``graph replay bs=4 raw_bs=3``); before each replay it sets the decode kernel's control
+  flag from the flag file (:func:`testkit.doubles.aiter_kernels.refresh_control`).
+
+:func:`site_dir` with ``gpu`` also writes ``sglang-kernel`` version metadata (a ``dist-info``
+with no files) for the import stub, which sglang's engine asks for on CUDA.
+
 Always: a recorder of the plugin's log lines per process (``<record dir>/<pid>.log``), standing in
 for the application's log handler (the lines still reach stderr).
 
@@ -31,10 +48,16 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-__all__ = ["DIST_NAME", "DOUBLES_VAR", "install", "site_dir"]
+__all__ = ["AITER_TREE_VAR", "DIST_NAME", "DOUBLES_VAR", "SGL_KERNEL_VERSION", "install",
+           "site_dir"]
 
 DOUBLES_VAR = "SGLANG_E2E_DOUBLES"
+AITER_TREE_VAR = "SGLANG_E2E_AITER_TREE"
+"""A copied aiter tree (the folder holding ``aiter/`` and ``AITER_ORIGIN``) for ``unified``."""
+SGL_KERNEL_VERSION = "0.4.10"
+"""The version the stub's metadata claims: at least what every supported release asks."""
 DIST_NAME = "sglang_e2e_doubles"
 ENTRY_POINT = "e2e_doubles"
 
@@ -79,20 +102,96 @@ def _fill_value() -> None:
         AttentionBackend.get_cpu_graph_seq_len_fill_value = get_cpu_graph_seq_len_fill_value
 
 
-def _aiter(unified: bool) -> None:
+def _aiter(unified: bool, on_gpu: bool) -> None:
     from testkit.doubles import aiter_kernels
 
     kernel = None
     if unified:
-        from testkit.doubles.aiter_triton import installed_tree, loaded
+        from testkit.doubles.aiter_triton import (
+            installed_tree,
+            loaded,
+            tiles_of_at_least_16,
+            tree_at,
+        )
 
-        tree = installed_tree()
+        named = os.environ.get(AITER_TREE_VAR)
+        tree = tree_at(named) if named else installed_tree()
         if tree is None:
-            raise RuntimeError("amd-aiter is not installed (bash tools/env.sh)")
+            raise RuntimeError(f"amd-aiter is not installed (bash tools/env.sh) and "
+                               f"{AITER_TREE_VAR} names no tree")
         with loaded(tree) as found:
-            kernel = aiter_kernels.recording_unified(
-                found.unified_attention, f"{found.module.__name__} ({tree.origin})")
-    aiter_kernels.install(unified=kernel)
+            origin = f"{found.module.__name__} ({tree.origin})"
+            if on_gpu:
+                tiles_of_at_least_16(found.module)
+                origin += "; 2D kernel, KV tile >= 16"
+            kernel = aiter_kernels.recording_unified(found.unified_attention, origin)
+    aiter_kernels.install(unified=kernel, on_gpu=on_gpu)
+
+
+def _dual_gemm() -> None:
+    import enum
+    import types
+
+    class DualGemmQuantMode(enum.IntEnum):
+        STATIC_PER_TENSOR = 0
+        STATIC_PER_TOKEN = 1
+        DYNAMIC_PER_TENSOR = 2
+        DYNAMIC_PER_TOKEN = 3
+        UNQUANT = 4
+
+        @property
+        def is_quantized(self) -> bool:
+            return self is not DualGemmQuantMode.UNQUANT
+
+    def can_use_dual_gemm(*args: object, **kwargs: object) -> bool:
+        return False
+
+    stand_in = types.ModuleType("sglang.kernels.ops.gemm.cutedsl_dual_gemm",
+                                "import stand-in (e2e double): no dual GEMM here")
+    stand_in.__dict__.update(DualGemmQuantMode=DualGemmQuantMode,
+                             can_use_dual_gemm=can_use_dual_gemm, MAX_DUAL_GEMM_DECODE_TOKENS=0)
+    sys.modules[stand_in.__name__] = stand_in
+
+
+_RUNNERS = (
+    # (module, class, the method that replays one batch): 0.5.2x, then earlier releases
+    ("sglang.srt.model_executor.runner.decode_cuda_graph_runner", "DecodeCudaGraphRunner",
+     "execute"),
+    ("sglang.srt.model_executor.cuda_graph_runner", "CudaGraphRunner", "replay"),
+)
+
+
+def _graph_replays() -> None:
+    import functools
+    import importlib
+
+    from testkit.doubles.aiter_kernels import record, refresh_control
+
+    for module_name, class_name, replay_name in _RUNNERS:
+        try:
+            runner = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError):
+            continue
+        capture, replay = runner.capture, getattr(runner, replay_name)
+
+        @functools.wraps(capture)
+        def recorded_capture(self: Any, *args: Any, _capture: Any = capture, **kwargs: Any) -> Any:
+            out = _capture(self, *args, **kwargs)
+            record(f"graph captured bs={sorted(self.capture_bs)}")
+            return out
+
+        @functools.wraps(replay)
+        def recorded_replay(self: Any, forward_batch: Any, *args: Any, _replay: Any = replay,
+                            **kwargs: Any) -> Any:
+            refresh_control()
+            out = _replay(self, forward_batch, *args, **kwargs)
+            record(f"graph replay bs={self.bs} raw_bs={forward_batch.batch_size}")
+            return out
+
+        runner.capture = recorded_capture
+        setattr(runner, replay_name, recorded_replay)
+        return
+    raise RuntimeError(f"graph-replays: no decode graph runner found ({_RUNNERS})")
 
 
 def install() -> None:
@@ -100,7 +199,11 @@ def install() -> None:
     chosen = {x.strip() for x in os.environ.get(DOUBLES_VAR, "").split(",") if x.strip()}
     logging.getLogger("sglang_aiter_plugin").addHandler(_Recorder())
     if "aiter" in chosen:
-        _aiter("unified" in chosen)
+        _aiter("unified" in chosen, on_gpu="capture-safe" in chosen)
+    if "dual-gemm" in chosen:
+        _dual_gemm()
+    if "graph-replays" in chosen:
+        _graph_replays()
     if "rocm-host" in chosen:
         _rocm_host()
     if "fill-value" in chosen:
@@ -110,11 +213,18 @@ def install() -> None:
     record(f"e2e doubles installed: {','.join(sorted(chosen)) or 'none'}")
 
 
-def site_dir(root: Path) -> Path:
-    """Write the test-only distribution under ``root`` (a ``PYTHONPATH`` entry); return it."""
+def site_dir(root: Path, *, gpu: bool = False) -> Path:
+    """Write the test-only distribution under ``root`` (a ``PYTHONPATH`` entry); return it.
+    ``gpu``: also the ``sglang-kernel`` version metadata for the import stub."""
     info = root / f"{DIST_NAME}-0.0.0.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {DIST_NAME}\nVersion: 0.0.0\n")
     (info / "entry_points.txt").write_text(
         f"[sglang.srt.plugins]\n{ENTRY_POINT} = {__name__}:install\n")
+    if gpu:
+        stub = root / f"sglang_kernel-{SGL_KERNEL_VERSION}.dist-info"
+        stub.mkdir(exist_ok=True)
+        (stub / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: sglang-kernel\nVersion: {SGL_KERNEL_VERSION}\n"
+            "Summary: version metadata for the sgl_kernel import stub (e2e double)\n")
     return root

@@ -34,9 +34,9 @@ TILE = 32
 @triton.jit
 def _pa_partition(
     query, key_cache, value_cache, kv_indptr, kv_page_indices, kv_last_page_lens, workspace,
-    num_seqs, scale, s_qs, s_qh, s_kb, s_kp, s_kh, s_vb, s_vp, s_vh,
+    num_seqs, scale, s_qs, s_qh, s_kb, s_kp, s_kh, s_vb, s_vp, s_vh, wrong_slot,
     H: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    PARTITION: tl.constexpr, NP: tl.constexpr, TILE: tl.constexpr,
+    PARTITION: tl.constexpr, NP: tl.constexpr, TILE: tl.constexpr, CONTROL: tl.constexpr,
 ):
     s = tl.program_id(0)
     p = tl.program_id(1)
@@ -58,7 +58,11 @@ def _pa_partition(
         for t0 in range(lo, hi, TILE):
             t = t0 + tl.arange(0, TILE)
             ok = t < hi
-            page = tl.load(kv_page_indices + start + t // BLOCK_SIZE, mask=ok, other=0)
+            entry = t // BLOCK_SIZE
+            if CONTROL:  # the control: entry 0 read from entry 1 while the flag is set
+                shift = tl.load(wrong_slot)
+                entry = tl.where((entry == 0) & (shift != 0) & (end - start > 1), 1, entry)
+            page = tl.load(kv_page_indices + start + entry, mask=ok, other=0)
             k_off = page * s_kb + (t % BLOCK_SIZE) * s_kp + (h // GROUP) * s_kh
             v_off = page * s_vb + (t % BLOCK_SIZE) * s_vp + (h // GROUP) * s_vh
             k = tl.load(key_cache + k_off[:, None] + d[None, :], mask=ok[:, None], other=0.0)
@@ -125,7 +129,11 @@ def paged_attention_ragged(
     max_num_partitions: int, alibi_slopes: Any = None, kv_cache_dtype: str = "auto",
     kv_cache_layout: str = "NHD", logits_soft_cap: float = 0.0, k_scale: Any = None,
     v_scale: Any = None, fp8_out_scale: Any = None, partition_size: int = 256, mtp: int = 1,
+    *, wrong_slot: torch.Tensor | None = None,
 ) -> None:
+    """``wrong_slot`` (a test control, not aiter's): a device int32 scalar; while it is not 0,
+    each sequence's first KV entry is read from its second (read on the device, so a captured
+    graph follows it at replay)."""
     num_seqs, heads, dim = query.shape
     group = heads // key_cache.shape[2]
     last = kv_last_page_lens if block_size > 1 else kv_indptr  # aiter passes null for block 1
@@ -134,8 +142,9 @@ def paged_attention_ragged(
         num_seqs, float(scale), query.stride(0), query.stride(1),
         key_cache.stride(0), key_cache.stride(1), key_cache.stride(2),
         value_cache.stride(0), value_cache.stride(1), value_cache.stride(2),
+        wrong_slot if wrong_slot is not None else kv_indptr,
         H=heads, GROUP=group, D=dim, BLOCK_SIZE=block_size, PARTITION=partition_size,
-        NP=max_num_partitions, TILE=TILE,
+        NP=max_num_partitions, TILE=TILE, CONTROL=wrong_slot is not None,
     )
     _pa_reduce[(num_seqs, heads)](
         out, kv_indptr, last, workspace_buffer, num_seqs, out.stride(0), out.stride(1),

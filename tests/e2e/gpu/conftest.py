@@ -1,0 +1,240 @@
+"""The GPU tier of the end-to-end servers: sglang's own ``launch_server`` tree on a CUDA GPU with
+decode CUDA graphs captured at start-up and replayed while serving, through ``aiter`` and
+``aiter-ext`` (aiter's kernels as capture-safe references, or aiter's real Triton
+``unified_attention``), against reference servers on the same weights.
+
+Every test here needs a CUDA device and skips cleanly without one (CI has none). On a GPU the
+servers a test session needs are started together (a few at a time, sharing the GPU; each
+server takes a few GiB), each answers its request sets, is stopped with nothing left behind,
+and the tests assert on what they answered and logged. ``SGLANG_GPU_E2E_OUT``: a folder that
+receives each server's log and records and ``runs.json`` (what the results file reports).
+
+Topology is a scenario's configuration (``tp``, ``attn_dp``): the same driver serves any number
+of GPUs.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from testkit.server import CUDA, Output, Server, ServerFailed, launch
+from tests.e2e import workload
+
+pytestmark = [pytest.mark.gpu]
+
+POOL = 6
+"""``--max-running-requests``: decode graphs are captured at [1, 2, 4, 6] (clamped to the pool)."""
+GRAPH_MAX_BS = 8
+PARALLEL = int(os.environ.get("SGLANG_GPU_E2E_PARALLEL", "4"))
+"""How many servers share the GPU at once."""
+OUT_VAR = "SGLANG_GPU_E2E_OUT"
+RAGGED = "aiter,capture-safe,rocm-host,dual-gemm,graph-replays"
+UNIFIED = "aiter,capture-safe,unified,rocm-host,dual-gemm,graph-replays"
+REFERENCE = "dual-gemm,graph-replays"
+UNIFIED_ENV = (("SGLANG_USE_AITER_UNIFIED_ATTN", "1"),)
+PAGE_16 = ("--page-size", "16")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    backend: str
+    doubles: str = RAGGED
+    steps: tuple[str, ...] = ("graphs", "prefix", "burst")
+    env: tuple[tuple[str, str], ...] = ()
+    flags: tuple[str, ...] = ()
+    graphs: bool = True
+    tp: int = 1
+    attn_dp: int = 1
+    memcheck: bool = False
+
+
+SCENARIOS: dict[str, Scenario] = {
+    # the references: torch_native (no graphs) and sglang's own Triton backend (graphs)
+    "torch_native": Scenario("torch_native", REFERENCE, ("graphs", "prefix", "burst", "long"),
+                             graphs=False),
+    "triton": Scenario("triton", REFERENCE, ("graphs", "prefix", "burst", "long")),
+    "aiter": Scenario("aiter"),
+    "aiter-ext": Scenario("aiter-ext", steps=("graphs", "prefix", "control", "burst")),
+    "aiter/unified": Scenario("aiter", UNIFIED, ("graphs", "prefix"), UNIFIED_ENV),
+    "aiter-ext/unified": Scenario("aiter-ext", UNIFIED, ("graphs", "prefix"), UNIFIED_ENV),
+    "aiter/page-16": Scenario("aiter", steps=("long",), flags=PAGE_16),
+    "aiter-ext/page-16": Scenario("aiter-ext", steps=("long",), flags=PAGE_16),
+    "aiter/page-16/memcheck": Scenario("aiter", steps=("long",), flags=PAGE_16, memcheck=True),
+    "aiter-ext/page-16/memcheck": Scenario("aiter-ext", steps=("long",), flags=PAGE_16,
+                                           memcheck=True),
+}
+
+MEMCHECK = ("compute-sanitizer", "--tool", "memcheck", "--target-processes", "all",
+            "--print-limit", "20")
+
+
+@dataclasses.dataclass
+class Run:
+    """What one server answered and logged."""
+
+    name: str
+    answers: dict[str, list[Output]]
+    tree: dict[int, str]
+    records: dict[int, str]
+    log: str
+    failure: ServerFailed | None
+    ready_s: float | None
+    seconds: float
+
+    def lines(self) -> list[str]:
+        return [line for r in self.records.values() for line in r.splitlines()]
+
+    def captured(self) -> list[int]:
+        """The decode graph sizes sglang captured (the recorder's line)."""
+        found = [m[1] for line in self.lines() if (m := re.search(r"graph captured bs=\[(.*)\]",
+                                                                  line))]
+        assert len(found) == 1, found
+        return [int(x) for x in found[0].split(",")]
+
+    def replays(self) -> list[tuple[int, int]]:
+        """(graph size, real batch) per replay, in order."""
+        return [(int(m[1]), int(m[2])) for line in self.lines()
+                if (m := re.search(r"graph replay bs=(\d+) raw_bs=(\d+)", line))]
+
+    def errors(self) -> list[str]:
+        return [line for line in self.log.splitlines()
+                if " ERROR " in line or "Traceback" in line or "Exception" in line]
+
+    def memcheck_summary(self) -> list[str]:
+        return re.findall(r"ERROR SUMMARY: [\d,]+ errors?", self.log)
+
+    def summary(self) -> dict[str, object]:
+        replays = self.replays()
+        return {
+            "failure": None if self.failure is None else str(self.failure)[-3000:],
+            "ready_s": self.ready_s, "seconds": round(self.seconds, 1),
+            "captured": self.captured() if any("graph captured" in x for x in self.lines())
+            else None,
+            "replays_per_bs": dict(sorted(Counter(bs for bs, _ in replays).items())),
+            "replays_per_raw_bs": dict(sorted(Counter(raw for _, raw in replays).items())),
+            "errors": self.errors()[:10], "memcheck": self.memcheck_summary(),
+            "answers": {k: [dataclasses.asdict(o) for o in v] for k, v in self.answers.items()},
+        }
+
+
+def _steps(server: Server, steps: tuple[str, ...], work: Path) -> dict[str, list[Output]]:
+    a = workload.Answers()
+    for step in steps:
+        if step == "graphs":
+            a.sets["graphs"] = server.generate(workload.PROMPTS, workload.STAGGERED)
+        elif step == "prefix":
+            workload.run_prefix_hit(server, a)
+        elif step == "control":
+            flag = work / "wrong-kv-slot"
+            flag.touch()
+            try:
+                a.sets["control"] = server.generate(workload.PROMPTS, workload.STAGGERED)
+            finally:
+                flag.unlink()
+            a.sets["after-control"] = server.generate(workload.PROMPTS, workload.STAGGERED)
+        elif step == "burst":
+            a.sets["burst"] = server.generate(workload.BURST_3X, workload.BURST_3X_LENGTHS)
+        elif step == "long":
+            a.sets["long"] = server.generate([workload.LONG], workload.LONG_NEW_TOKENS)
+    return a.sets
+
+
+def _serve(name: str, checkpoint: Path, work: Path) -> Run:
+    s = SCENARIOS[name]
+    from sglang_aiter_plugin._sglang import installed_sglang_version
+    from tests.e2e.conftest import dp_flags
+
+    version = installed_sglang_version()
+    assert version is not None
+    extra = (*s.flags, *(dp_flags(version) if s.attn_dp > 1 else ()))
+    start = time.monotonic()
+    answers: dict[str, list[Output]] = {}
+    failure: ServerFailed | None = None
+    ready = None
+    server = launch(checkpoint, s.backend, work, doubles=s.doubles, ranks=s.tp, extra=extra,
+                    env=dict(s.env), wait=False, max_running=POOL, platform=CUDA,
+                    graph_max_bs=GRAPH_MAX_BS if s.graphs else None,
+                    wrap=MEMCHECK if s.memcheck else ())
+    try:
+        server.wait_ready()
+        ready = round(time.monotonic() - start, 1)
+        answers = _steps(server, s.steps, work)
+    except ServerFailed as exc:
+        failure = exc
+    finally:
+        records = server.records()
+        server.stop()
+    tree = {pid: title for pid, (_, title) in server.seen.items()}
+    return Run(name, answers, tree, records, server.log(), failure, ready,
+               time.monotonic() - start)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "servers(*names): the GPU scenarios a test reads")
+
+
+@pytest.fixture(scope="session")
+def cuda() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (the GPU tier of the end-to-end servers)")
+
+
+@pytest.fixture(scope="session")
+def gpu_served(request: pytest.FixtureRequest, cuda: None, checkpoint: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Run]]:
+    """``gpu_served(name)``: the :class:`Run` of scenario ``name``. At the first call every
+    scenario the selected tests name (their ``servers`` marks) is started, :data:`PARALLEL` at
+    a time."""
+    wanted: list[str] = []
+    for item in request.session.items:
+        for mark in item.iter_markers("servers"):
+            wanted += [n for n in mark.args if n not in wanted]
+    runs: dict[str, concurrent.futures.Future[Run]] = {}
+    pool = concurrent.futures.ThreadPoolExecutor(PARALLEL, thread_name_prefix="server")
+    lock = threading.Lock()
+    root = tmp_path_factory.mktemp("gpu-e2e")
+
+    def submit(name: str) -> concurrent.futures.Future[Run]:
+        with lock:
+            if name not in runs:
+                work = root / name.replace("/", "-")
+                runs[name] = pool.submit(_serve, name, checkpoint, work)
+            return runs[name]
+
+    def get(name: str) -> Run:
+        for other in wanted:
+            submit(other)
+        return submit(name).result()
+
+    yield get
+    pool.shutdown(wait=True)
+    out = os.environ.get(OUT_VAR)
+    if out:
+        _save(Path(out), root, {n: f.result() for n, f in runs.items() if f.done()})
+
+
+def _save(out: Path, root: Path, runs: dict[str, Run]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "runs.json").write_text(json.dumps({n: r.summary() for n, r in runs.items()},
+                                              indent=1))
+    for name in runs:
+        work = root / name.replace("/", "-")
+        target = out / "servers" / name.replace("/", "-")
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(work / "server.log", target / "server.log")
+        for record in (work / "records").glob("*.log"):
+            shutil.copy(record, target / f"record-{record.name}")

@@ -1,0 +1,65 @@
+"""Page size 16 at long context (one request near ``--context-length``) in a real server on a GPU.
+On 0.5.11-0.5.12.post1 upstream ``aiter`` sizes the decode graph's ``kv_indices`` one entry per
+page while sglang writes it one per token: under ``compute-sanitizer`` upstream writes past it or
+answers wrong; ``aiter-ext`` is clean and answers as the reference. On later releases both do."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from packaging.version import Version
+
+from tests.e2e import workload
+from tests.e2e.gpu.conftest import Run
+from tests.e2e.workload import GPU_LOGPROB_TOL
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.e2e]
+Served = Callable[[str], Run]
+PER_PAGE_WIDTH = Version("0.5.13")
+"""The first release whose graph ``kv_indices`` holds a token per entry at page size 16."""
+
+
+def _release() -> Version:
+    from sglang_aiter_plugin._sglang import installed_sglang_version
+
+    version = installed_sglang_version()
+    assert version is not None
+    return version
+
+
+def _long(run: Run, reference: Run) -> float:
+    assert run.failure is None, f"{run.name}: {run.failure}"
+    assert reference.failure is None, f"{reference.name}: {reference.failure}"
+    assert run.replays(), "no decode graph replayed"
+    return workload.compare(run.answers["long"], reference.answers["long"], "long",
+                            GPU_LOGPROB_TOL)
+
+
+@pytest.mark.servers("torch_native", "aiter-ext/page-16")
+def test_aiter_ext_page_16_answers_as_the_reference(gpu_served: Served) -> None:
+    worst = _long(gpu_served("aiter-ext/page-16"), gpu_served("torch_native"))
+    print(f"aiter-ext page 16: max |dlogprob| {worst:.3g}")
+
+
+@pytest.mark.servers("torch_native", "aiter/page-16")
+def test_upstream_page_16_answers_as_the_reference(gpu_served: Served,
+                                                   request: pytest.FixtureRequest) -> None:
+    if _release() < PER_PAGE_WIDTH:
+        request.applymarker(pytest.mark.xfail(strict=False, reason="per-page kv_indices"))
+    worst = _long(gpu_served("aiter/page-16"), gpu_served("torch_native"))
+    print(f"aiter page 16: max |dlogprob| {worst:.3g}")
+
+
+@pytest.mark.servers("aiter/page-16/memcheck", "aiter-ext/page-16/memcheck")
+@pytest.mark.parametrize("name", ["aiter", "aiter-ext"])
+def test_page_16_under_memcheck(gpu_served: Served, name: str) -> None:
+    if _release() >= PER_PAGE_WIDTH:
+        pytest.skip("the per-page graph kv_indices are 0.5.11-0.5.12.post1's")
+    run = gpu_served(f"{name}/page-16/memcheck")
+    print(f"{name} page 16 under memcheck: {run.memcheck_summary()}; failure {run.failure}")
+    if name == "aiter-ext":
+        assert run.failure is None, str(run.failure)
+        summaries = run.memcheck_summary()
+        assert summaries
+        assert all(s == "ERROR SUMMARY: 0 errors" for s in summaries), summaries

@@ -67,15 +67,19 @@ class Platform:
         """Decode CUDA graphs up to ``graph_max_bs`` requests (``None``: graphs off)."""
         if self.device == "cpu" or graph_max_bs is None:
             return ("--disable-cuda-graph",)
+        import argparse
+
         from sglang.srt.server_args import ServerArgs
 
-        fields = {f.name for f in dataclasses.fields(ServerArgs)}
+        parser = argparse.ArgumentParser()
+        ServerArgs.add_cli_args(parser)
+        known = set(parser._option_string_actions)
         flags: tuple[str, ...] = ()
-        if "cuda_graph_max_bs_decode" in fields:  # 0.5.23: the bare flag is ambiguous
+        if "--cuda-graph-max-bs-decode" in known:  # 0.5.23: the bare flag is ambiguous
             flags += ("--cuda-graph-max-bs-decode", str(graph_max_bs))
         else:
             flags += ("--cuda-graph-max-bs", str(graph_max_bs))
-        if "cuda_graph_backend_prefill" in fields:  # decode graphs only
+        if "--cuda-graph-backend-prefill" in known:  # decode graphs only
             flags += ("--cuda-graph-backend-prefill", "disabled")
         return flags
 
@@ -91,6 +95,10 @@ CUDA = Platform("cuda", (
     # sglang's fused RMSNorm, SiLU-and-mul and rotary on torch (the sgl_kernel stub has none)
     ("SGLANG_FORCE_FUSED_OP_BACKEND", "torch"),
     ("TORCHDYNAMO_DISABLE", "1"),
+    # the radix tree in Python: 0.5.23's bundled Rust tree core is built against the torch it
+    # pins (2.14); under another torch (the GPU image's 2.11) it misreads tensor dtypes
+    # ("insert value must be an int64 tensor, got Int", then "got ComplexDouble")
+    ("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "python"),
 ), ("--sampling-backend", "pytorch", "--mem-fraction-static", "0.3"))
 """One GPU per rank; several servers may share one GPU (each takes what it needs, well below
 the static fraction, which only bounds it)."""

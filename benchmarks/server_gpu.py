@@ -1,7 +1,7 @@
 """`aiter-ext` against `aiter` in real sglang servers on a CUDA GPU: start-up to ready, and decode
 throughput with sglang's decode CUDA graphs.
 
-    python3 -m benchmarks.server_gpu --rounds 7      # on the GPU machine (gpu/README.md)
+    python3 -m benchmarks.server_gpu --rounds 25     # on the GPU machine (gpu/README.md)
 
 Three servers of the same tiny Qwen3 (float32, the checkpoint of the end-to-end tests), each
 through the test doubles of the GPU tier (aiter's kernels as capture-safe references): `aiter`,
@@ -41,7 +41,7 @@ def _stats(xs: list[float]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/server_gpu.json")
     args = parser.parse_args(argv)
     import torch
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                                     doubles=DOUBLES, max_running=POOL, platform=CUDA,
                                     graph_max_bs=GRAPH_MAX_BS)
             ready_s[label] = time.monotonic() - start
-            servers[label].generate(prompts, 8)  # warm: the first request compiles kernels
+            servers[label].generate(prompts, NEW_TOKENS)  # warm: the first requests compile
         tokens_per_s: dict[str, list[float]] = {label: [] for label, _ in VARIANTS}
         labels = [label for label, _ in VARIANTS]
         for r in range(args.rounds):

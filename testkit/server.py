@@ -81,6 +81,8 @@ class Platform:
             flags += ("--cuda-graph-max-bs", str(graph_max_bs))
         if "--cuda-graph-backend-prefill" in known:  # decode graphs only
             flags += ("--cuda-graph-backend-prefill", "disabled")
+        elif "--disable-piecewise-cuda-graph" in known:  # 0.5.12
+            flags += ("--disable-piecewise-cuda-graph",)
         return flags
 
 
@@ -320,7 +322,7 @@ def launch(model: Path, backend: str, work: Path, *, doubles: str = "aiter,rocm-
     work.mkdir(parents=True, exist_ok=True)
     record_dir = work / "records"
     record_dir.mkdir(exist_ok=True)
-    site = server_plugin.site_dir(work / "site", gpu=platform.device != "cpu")
+    site = server_plugin.site_dir(work / "site", gpu=platform.device != "cpu", doubles=doubles)
     port = _free_port()
     child_env = dict(os.environ)
     path = [str(site), str(ROOT), str(SGL_KERNEL_STUB_DIR)]

@@ -27,6 +27,12 @@ On a CUDA GPU:
 * ``dual-gemm``: an import stand-in for ``sglang.kernels.ops.gemm.cutedsl_dual_gemm`` (0.5.23's
   MLP imports it on CUDA; the real module needs nvidia-cutlass-dsl): its mode enum, a decode
   token limit of 0, and "no dual GEMM" for every shape (float32 weights never choose it);
+* ``native-ops`` (releases without ``SGLANG_FORCE_FUSED_OP_BACKEND``, 0.5.12): sglang's custom
+  ops (RMSNorm, SiLU-and-mul, rotary) dispatch to their torch forward, as off CUDA;
+* ``flashinfer-sampling`` (0.5.12, whose sampler imports it on CUDA at module level, before
+  plugins load): an import stand-in ``flashinfer.sampling`` in the site directory whose functions
+  refuse (torch sampling is chosen; ``SGLANG_IS_FLASHINFER_AVAILABLE=false`` keeps the rest of
+  sglang off flashinfer);
 * ``graph-replays``: a recorder of sglang's own decode CUDA-graph runner: the sizes it captured
   (``graph captured bs=[1, 2, 4]``) and, for each replay, the graph's size and the real batch
   (``graph replay bs=4 raw_bs=3``); before each replay it sets the decode kernel's control
@@ -161,6 +167,12 @@ _RUNNERS = (
 )
 
 
+def _native_ops() -> None:
+    import sglang.srt.layers.utils.multi_platform as dispatch
+
+    dispatch._is_cuda = False
+
+
 def _graph_replays() -> None:
     import functools
     import importlib
@@ -204,6 +216,8 @@ def install() -> None:
         _dual_gemm()
     if "graph-replays" in chosen:
         _graph_replays()
+    if "native-ops" in chosen:
+        _native_ops()
     if "rocm-host" in chosen:
         _rocm_host()
     if "fill-value" in chosen:
@@ -213,9 +227,26 @@ def install() -> None:
     record(f"e2e doubles installed: {','.join(sorted(chosen)) or 'none'}")
 
 
-def site_dir(root: Path, *, gpu: bool = False) -> Path:
+_FLASHINFER_SAMPLING = '''"""Import stand-in (e2e double): no flashinfer; torch sampling runs."""
+
+
+def _refuse(*args, **kwargs):
+    raise NotImplementedError("flashinfer import stand-in (e2e double)")
+
+
+min_p_sampling_from_probs = top_k_top_p_sampling_from_probs = _refuse
+'''
+
+
+def site_dir(root: Path, *, gpu: bool = False, doubles: str = "") -> Path:
     """Write the test-only distribution under ``root`` (a ``PYTHONPATH`` entry); return it.
-    ``gpu``: also the ``sglang-kernel`` version metadata for the import stub."""
+    ``gpu``: also the ``sglang-kernel`` version metadata for the import stub; ``doubles`` naming
+    ``flashinfer-sampling``: that import stand-in."""
+    if "flashinfer-sampling" in doubles.split(","):
+        package = root / "flashinfer"
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").write_text('"""Import stand-in (e2e double)."""\n')
+        (package / "sampling.py").write_text(_FLASHINFER_SAMPLING)
     info = root / f"{DIST_NAME}-0.0.0.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {DIST_NAME}\nVersion: 0.0.0\n")

@@ -112,8 +112,14 @@ class Run:
         return [line for line in self.log.splitlines()
                 if " ERROR " in line or "Traceback" in line or "Exception" in line]
 
-    def memcheck_summary(self) -> list[str]:
-        return re.findall(r"ERROR SUMMARY: [\d,]+ errors?", self.log)
+    def sanitized(self) -> bool:
+        """The server ran under compute-sanitizer (its banner is in the log)."""
+        return "COMPUTE-SANITIZER" in self.log
+
+    def memcheck_errors(self) -> list[str]:
+        """compute-sanitizer's reports as they occurred (the tree is killed at the end, before
+        any summary)."""
+        return re.findall(r"========= (Invalid .*|Program hit .*)", self.log)
 
     def summary(self) -> dict[str, object]:
         replays = self.replays()
@@ -124,7 +130,9 @@ class Run:
             else None,
             "replays_per_bs": dict(sorted(Counter(bs for bs, _ in replays).items())),
             "replays_per_raw_bs": dict(sorted(Counter(raw for _, raw in replays).items())),
-            "errors": self.errors()[:10], "memcheck": self.memcheck_summary(),
+            "errors": self.errors()[:10],
+            "memcheck": {"sanitized": self.sanitized(), "errors": len(self.memcheck_errors()),
+                         "first": self.memcheck_errors()[:5]},
             "answers": {k: [dataclasses.asdict(o) for o in v] for k, v in self.answers.items()},
         }
 
@@ -159,12 +167,18 @@ def _serve(name: str, checkpoint: Path, work: Path) -> Run:
     version = installed_sglang_version()
     assert version is not None
     extra = (*s.flags, *(dp_flags(version) if s.attn_dp > 1 else ()))
+    doubles, env = s.doubles, dict(s.env)
+    from sglang.srt.environ import envs
+
+    if not hasattr(envs, "SGLANG_FORCE_FUSED_OP_BACKEND"):  # 0.5.12
+        doubles += ",native-ops,flashinfer-sampling"
+        env["SGLANG_IS_FLASHINFER_AVAILABLE"] = "false"
     start = time.monotonic()
     answers: dict[str, list[Output]] = {}
     failure: ServerFailed | None = None
     ready = None
-    server = launch(checkpoint, s.backend, work, doubles=s.doubles, ranks=s.tp, extra=extra,
-                    env=dict(s.env), wait=False, max_running=POOL, platform=CUDA,
+    server = launch(checkpoint, s.backend, work, doubles=doubles, ranks=s.tp, extra=extra,
+                    env=env, wait=False, max_running=POOL, platform=CUDA,
                     graph_max_bs=GRAPH_MAX_BS if s.graphs else None,
                     wrap=MEMCHECK if s.memcheck else ())
     try:

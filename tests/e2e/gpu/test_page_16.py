@@ -59,9 +59,10 @@ def test_upstream_page_16_answers_as_the_reference(gpu_served: Served,
 @pytest.mark.parametrize("name", ["aiter", "aiter-ext"])
 def test_page_16_under_memcheck(gpu_served: Served, name: str) -> None:
     run = gpu_served(f"{name}/page-16/memcheck")
-    print(f"{name} page 16 under memcheck: {run.memcheck_summary()}; failure {run.failure}")
+    errors = run.memcheck_errors()
+    print(f"{name} page 16 under memcheck: sanitized {run.sanitized()}, {len(errors)} reports "
+          f"{errors[:3]}; failure {run.failure}")
+    assert run.sanitized(), "compute-sanitizer did not run"
     if name == "aiter-ext":
         assert run.failure is None, str(run.failure)
-        summaries = run.memcheck_summary()
-        assert summaries
-        assert all(s == "ERROR SUMMARY: 0 errors" for s in summaries), summaries
+        assert not errors, errors[:5]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real sglang servers on the lent GPU with decode CUDA graphs (gpu/results/server_graphs.md).
 #
-#   bash gpu/run_server_evidence.sh [PYTEST ARGS...]
+#   bash gpu/run_server_evidence.sh [PYTEST ARGS...]     (default: tests/e2e/gpu)
 #
 # Runs from the repository root, with the wheels of gpu/README.md in .whl/ (sglang, the sgl_kernel
 # import stub, the import set and the HTTP server's packages, and this plugin's own wheel), and
@@ -30,7 +30,7 @@ export SGLANG_GPU_E2E_OUT=$out/e2e
   compute-sanitizer --version | tail -1
   git rev-parse --short HEAD 2>/dev/null || true
 } 2>&1 | tee "$out/versions.txt"
-python3 -m pytest -p no:cacheprovider -rA -v tests/e2e/gpu "$@" 2>&1 | tee "$out/pytest.log"
+python3 -m pytest -p no:cacheprovider -rA -v "${@:-tests/e2e/gpu}" 2>&1 | tee "$out/pytest.log"
 status=${PIPESTATUS[0]}
 [[ -d $out/e2e ]] && tar czf "$out/servers.tgz" -C "$out/e2e" . && rm -rf "$out/e2e/servers"
 exit "$status"

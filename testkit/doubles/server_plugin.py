@@ -29,10 +29,10 @@ On a CUDA GPU:
   token limit of 0, and "no dual GEMM" for every shape (float32 weights never choose it);
 * ``native-ops`` (releases without ``SGLANG_FORCE_FUSED_OP_BACKEND``, 0.5.12): sglang's custom
   ops (RMSNorm, SiLU-and-mul, rotary) dispatch to their torch forward, as off CUDA;
-* ``flashinfer-sampling`` (0.5.12, whose sampler imports it on CUDA at module level, before
-  plugins load): an import stand-in ``flashinfer.sampling`` in the site directory whose functions
-  refuse (torch sampling is chosen; ``SGLANG_IS_FLASHINFER_AVAILABLE=false`` keeps the rest of
-  sglang off flashinfer);
+* ``flashinfer-sampling`` (0.5.12, whose sampler imports ``flashinfer.sampling`` on CUDA at
+  module level, before plugins load): an import stand-in package ``flashinfer`` in the site
+  directory, every name of every submodule refusing (torch sampling is chosen;
+  ``SGLANG_IS_FLASHINFER_AVAILABLE=false`` keeps the rest of sglang off flashinfer);
 * ``graph-replays``: a recorder of sglang's own decode CUDA-graph runner: the sizes it captured
   (``graph captured bs=[1, 2, 4]``) and, for each replay, the graph's size and the real batch
   (``graph replay bs=4 raw_bs=3``); before each replay it sets the decode kernel's control
@@ -227,14 +227,52 @@ def install() -> None:
     record(f"e2e doubles installed: {','.join(sorted(chosen)) or 'none'}")
 
 
-_FLASHINFER_SAMPLING = '''"""Import stand-in (e2e double): no flashinfer; torch sampling runs."""
+_FLASHINFER = '''"""Import stand-in (e2e double): no flashinfer here. Every name of every
+``flashinfer.*`` module exists (sglang 0.5.12 imports several at module level once the package
+is found) and refuses when called; torch sampling runs instead."""
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
 
 
-def _refuse(*args, **kwargs):
-    raise NotImplementedError("flashinfer import stand-in (e2e double)")
+def _refusing(name):
+    def refuse(*args, **kwargs):
+        raise NotImplementedError(f"{name}: flashinfer import stand-in (e2e double)")
+
+    return refuse
 
 
-min_p_sampling_from_probs = top_k_top_p_sampling_from_probs = _refuse
+def _getattr(module):
+    def __getattr__(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _refusing(f"{module}.{attr}")
+
+    return __getattr__
+
+
+__getattr__ = _getattr(__name__)
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.startswith(__name__ + "."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        module.__getattr__ = _getattr(spec.name)
+        return module
+
+    def exec_module(self, module):
+        return None
+
+
+sys.meta_path.append(_Finder())
 '''
 
 
@@ -245,8 +283,7 @@ def site_dir(root: Path, *, gpu: bool = False, doubles: str = "") -> Path:
     if "flashinfer-sampling" in doubles.split(","):
         package = root / "flashinfer"
         package.mkdir(parents=True, exist_ok=True)
-        (package / "__init__.py").write_text('"""Import stand-in (e2e double)."""\n')
-        (package / "sampling.py").write_text(_FLASHINFER_SAMPLING)
+        (package / "__init__.py").write_text(_FLASHINFER)
     info = root / f"{DIST_NAME}-0.0.0.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {DIST_NAME}\nVersion: 0.0.0\n")

@@ -74,6 +74,11 @@ SCENARIOS: dict[str, Scenario] = {
     "aiter/page-16/memcheck": Scenario("aiter", steps=("long",), flags=PAGE_16, memcheck=True),
     "aiter-ext/page-16/memcheck": Scenario("aiter-ext", steps=("long",), flags=PAGE_16,
                                            memcheck=True),
+    # four GPUs, DP attention (attention-TP 2): a per-rank pool of 3, graphs captured up to 4
+    "dp/torch_native": Scenario("torch_native", REFERENCE, ("graphs", "burst"), graphs=False,
+                                tp=4, attn_dp=2),
+    "dp/aiter": Scenario("aiter", steps=("graphs", "burst"), tp=4, attn_dp=2),
+    "dp/aiter-ext": Scenario("aiter-ext", steps=("graphs", "burst"), tp=4, attn_dp=2),
 }
 
 MEMCHECK = ("compute-sanitizer", "--tool", "memcheck", "--target-processes", "all",

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from packaging.version import Version
 
-from testkit.server import Output, Server, ServerFailed, launch
+from testkit.server import Output, Server, launch
 from testkit.tiny_checkpoint import write_checkpoint
 from tests.e2e import workload
+from tests.e2e.serving import Run, serve
 
 DP_POOL = 6
 """``--max-running-requests`` with data-parallel attention: 3 requests per attention-DP rank."""
@@ -66,23 +66,6 @@ def dp_attention_problem() -> str | None:
                 "(ForwardBatch.prepare_mlp_sync_batch: torch.tensor(global_num_tokens, "
                 "pin_memory=True)), which needs a GPU driver: 'Found no NVIDIA driver'")
     return None
-
-
-@dataclasses.dataclass
-class Run:
-    """What one server answered and logged, collected while it ran."""
-
-    answers: dict[str, list[Output]]
-    launcher: int
-    """The pid of the ``launch_server`` process (the root of the tree)."""
-    tree: dict[int, str]
-    """pid -> command line (sglang's process titles) of every process seen in the tree."""
-    records: dict[int, str]
-    """pid -> the process's record file (plugin log lines, kernel-double events)."""
-    log: str
-    failure: ServerFailed | None
-    seconds: float
-    peak_rss_mib: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,23 +153,10 @@ def served(tmp_path_factory: pytest.TempPathFactory, checkpoint: Path,
         s = SCENARIOS[name]
         work = tmp_path_factory.mktemp(name.replace("/", "-"))
         extra = dp_flags(e2e_version) if s.ranks > 1 else ()
-        start = time.monotonic()
-        answers: dict[str, list[Output]] = {}
-        failure: ServerFailed | None = None
         server = launch(checkpoint, s.backend, work, doubles=s.doubles, ranks=s.ranks,
                         extra=extra, env=dict(s.env), wait=False,
                         max_running=DP_POOL if s.ranks > 1 else 8)
-        try:
-            server.wait_ready()
-            answers = _steps(server, s.steps, work)
-        except ServerFailed as exc:
-            failure = exc
-        finally:
-            records = server.records()
-            server.stop()
-        tree = {pid: title for pid, (_, title) in server.seen.items()}
-        runs[name] = Run(answers, server.proc.pid, tree, records, server.log(), failure,
-                         time.monotonic() - start, server.peak_rss / 2**20)
+        runs[name] = serve(name, server, lambda running: _steps(running, s.steps, work))
         RUNS[name] = runs[name]
         return runs[name]
 

@@ -12,7 +12,8 @@ import pytest
 
 from testkit.server import ServerFailed
 from tests.e2e import workload
-from tests.e2e.conftest import BURST, BURST_LENGTHS, DP_RANK_POOL, Run, dp_attention_problem
+from tests.e2e.conftest import BURST, BURST_LENGTHS, DP_RANK_POOL, dp_attention_problem
+from tests.e2e.serving import Run
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 

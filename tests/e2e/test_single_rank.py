@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.e2e import workload
-from tests.e2e.conftest import Run
+from tests.e2e.serving import Run
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 

@@ -19,18 +19,16 @@ import concurrent.futures
 import dataclasses
 import json
 import os
-import re
 import shutil
 import threading
-import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from testkit.server import CUDA, Output, Server, ServerFailed, launch
+from testkit.server import CUDA, Output, Server, launch
 from tests.e2e import workload
+from tests.e2e.serving import Run, serve
 
 pytestmark = [pytest.mark.gpu]
 
@@ -85,63 +83,6 @@ MEMCHECK = ("compute-sanitizer", "--tool", "memcheck", "--target-processes", "al
             "--print-limit", "20")
 
 
-@dataclasses.dataclass
-class Run:
-    """What one server answered and logged."""
-
-    name: str
-    answers: dict[str, list[Output]]
-    tree: dict[int, str]
-    records: dict[int, str]
-    log: str
-    failure: ServerFailed | None
-    ready_s: float | None
-    seconds: float
-
-    def lines(self) -> list[str]:
-        return [line for r in self.records.values() for line in r.splitlines()]
-
-    def captured(self) -> list[int]:
-        """The decode graph sizes sglang captured (the recorder's line)."""
-        found = [m[1] for line in self.lines() if (m := re.search(r"graph captured bs=\[(.*)\]",
-                                                                  line))]
-        assert len(found) == 1, found
-        return [int(x) for x in found[0].split(",")]
-
-    def replays(self) -> list[tuple[int, int]]:
-        """(graph size, real batch) per replay, in order."""
-        return [(int(m[1]), int(m[2])) for line in self.lines()
-                if (m := re.search(r"graph replay bs=(\d+) raw_bs=(\d+)", line))]
-
-    def errors(self) -> list[str]:
-        return [line for line in self.log.splitlines()
-                if " ERROR " in line or "Traceback" in line or "Exception" in line]
-
-    def sanitized(self) -> bool:
-        """The server ran under compute-sanitizer (its banner is in the log)."""
-        return "COMPUTE-SANITIZER" in self.log
-
-    def memcheck_errors(self) -> list[str]:
-        """compute-sanitizer's reports as they occurred (the tree is killed at the end, before
-        any summary)."""
-        return re.findall(r"========= (Invalid .*|Program hit .*)", self.log)
-
-    def summary(self) -> dict[str, object]:
-        replays = self.replays()
-        return {
-            "failure": None if self.failure is None else str(self.failure)[-3000:],
-            "ready_s": self.ready_s, "seconds": round(self.seconds, 1),
-            "captured": self.captured() if any("graph captured" in x for x in self.lines())
-            else None,
-            "replays_per_bs": dict(sorted(Counter(bs for bs, _ in replays).items())),
-            "replays_per_raw_bs": dict(sorted(Counter(raw for _, raw in replays).items())),
-            "errors": self.errors()[:10],
-            "memcheck": {"sanitized": self.sanitized(), "errors": len(self.memcheck_errors()),
-                         "first": self.memcheck_errors()[:5]},
-            "answers": {k: [dataclasses.asdict(o) for o in v] for k, v in self.answers.items()},
-        }
-
-
 def _steps(server: Server, steps: tuple[str, ...], work: Path) -> dict[str, list[Output]]:
     a = workload.Answers()
     for step in steps:
@@ -178,26 +119,11 @@ def _serve(name: str, checkpoint: Path, work: Path) -> Run:
     if not hasattr(envs, "SGLANG_FORCE_FUSED_OP_BACKEND"):  # 0.5.12
         doubles += ",native-ops,flashinfer-sampling"
         env["SGLANG_IS_FLASHINFER_AVAILABLE"] = "false"
-    start = time.monotonic()
-    answers: dict[str, list[Output]] = {}
-    failure: ServerFailed | None = None
-    ready = None
     server = launch(checkpoint, s.backend, work, doubles=doubles, ranks=s.tp, extra=extra,
                     env=env, wait=False, max_running=POOL, platform=CUDA,
                     graph_max_bs=GRAPH_MAX_BS if s.graphs else None,
                     wrap=MEMCHECK if s.memcheck else ())
-    try:
-        server.wait_ready()
-        ready = round(time.monotonic() - start, 1)
-        answers = _steps(server, s.steps, work)
-    except ServerFailed as exc:
-        failure = exc
-    finally:
-        records = server.records()
-        server.stop()
-    tree = {pid: title for pid, (_, title) in server.seen.items()}
-    return Run(name, answers, tree, records, server.log(), failure, ready,
-               time.monotonic() - start)
+    return serve(name, server, lambda running: _steps(running, s.steps, work))
 
 
 def pytest_configure(config: pytest.Config) -> None:

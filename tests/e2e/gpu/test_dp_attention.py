@@ -14,7 +14,8 @@ import pytest
 
 from testkit.server import ServerFailed
 from tests.e2e import workload
-from tests.e2e.gpu.conftest import POOL, Run
+from tests.e2e.gpu.conftest import POOL
+from tests.e2e.serving import Run
 from tests.e2e.workload import GPU_LOGPROB_TOL
 
 GPUS = 4

@@ -12,7 +12,8 @@ from collections.abc import Callable
 import pytest
 
 from tests.e2e import workload
-from tests.e2e.gpu.conftest import POOL, Run
+from tests.e2e.gpu.conftest import POOL
+from tests.e2e.serving import Run
 from tests.e2e.workload import GPU_LOGPROB_TOL
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.e2e]

@@ -11,7 +11,7 @@ sglang's real ``load_plugins()`` with the plugin installed and not installed, in
 * ``bare``: nothing imported first; the collective decision waits for ``parallel_state``, so the
   child also times that import afterwards (the probes and installs then run inside it).
 
-Variants: the plugin installed, installed with the four collective fixes switched off
+Variants: the plugin installed, installed with the collective fixes switched off
 (``SGLANG_AITER_EXT_DISABLE``: the difference is what their probes and installs cost), and not
 installed. A separate child times importing the collective fix modules alone (they are imported
 whenever the plugin loads, switched off or not).

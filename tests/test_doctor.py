@@ -76,9 +76,11 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
         assert checks["aiter"]["level"] == "warn"  # nobody selected aiter-ext
     # doctor imports what sglang imports at launch, so the fix's final outcome shows
     assert checks["fix attention-backend"]["summary"].startswith("applied")
-    for fix in ("capture-all-reduce", "capture-all-gather", "capture-reduce-scatter",
-                "capture-fused-ar-rmsnorm"):  # off ROCm: installs nothing, and says so
+    fixes = ("capture-all-gather", "capture-reduce-scatter", "capture-fused-ar-rmsnorm")
+    for fix in fixes:  # off ROCm: installs nothing, and says so
         assert checks[f"fix {fix}"]["summary"].startswith("skipped: not a ROCm (HIP) platform")
+    assert [n for n in checks if n.startswith("fix ")] == [  # only the fixes that can act
+        "fix attention-backend", *(f"fix {fix}" for fix in fixes)]
     assert checks["switches"]["summary"].endswith("batch bounds check: off")
     assert checks["package"]["summary"] == (
         f"all {len(_doctor.MODULES)} modules import, from {ROOT / 'sglang_aiter_plugin'}")

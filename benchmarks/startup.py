@@ -110,7 +110,7 @@ stats = pstats.Stats(profile).stats
 wanted = {{
     "load_plugins() in all": ("sglang/srt/plugins/__init__.py", "load_plugins"),
     "the plugin's register()": ("sglang_aiter_plugin/_registration.py", "register"),
-    "  plugin manager set-up (pluggy, built-in fixes, entry-point scan)":
+    "  plugin manager set-up (pluggy, the fixes registered)":
         ("sglang_aiter_plugin/plugin/manager.py", "__init__"),
     "  the fixes' probes and registrations":
         ("sglang_aiter_plugin/plugin/manager.py", "apply_fixes"),

@@ -36,7 +36,17 @@ ENTRY_POINT_NAME = "aiter_ext"
 EXT_NAME, FIX_NAME = "aiter-ext", "attention-backend"
 INSTALL_HINT = ("`pip install .` in a checkout of sglang-aiter-plugin, or `pip install "
                 "git+<its repository URL>`; see the README")
-NEED_SGLANG = "discovery, fixes, selection"  # the checks that need sglang to import
+NEED_SGLANG = "discovery, fixes, selection, package"  # the checks that need sglang to import
+PACKAGE = "sglang_aiter_plugin"
+#: Every module the package ships (``tests/test_doctor.py`` holds it to the source tree): the
+#: ``package`` check imports each, so a copy missing one, or one that does not import, fails.
+MODULES = (
+    "", "__main__", "_doctor", "_errors", "_log", "_post_import", "_rebind", "_registration",
+    "_releases", "_sglang", "_status", "_switches", "backend", "backend.capacity",
+    "backend.classes", "backend.pool", "cli", "fixes", "fixes.collectives",
+    "fixes.collectives.fix", "fixes.collectives.probe", "plugin", "plugin.manager", "plugin.spec",
+    "selection", "selection.choice", "selection.fix", "selection.sites",
+)
 _T = TypeVar("_T")
 
 
@@ -95,6 +105,7 @@ def collect(selected_backend: str | None = None) -> Report:
     fixes = report.run("fixes", _check_fixes)
     if selected_backend is not None and fixes is not None:
         report.run("selection", _check_selection, selected_backend, bool(loaded), *fixes)
+    report.run("package", _check_package)  # last: it imports what a launch imports later
     report.run("backend", _upstream_defects)
     report.run("naming", _naming)
     return report
@@ -104,6 +115,58 @@ def _check_plugin(report: Report) -> None:
     from sglang_aiter_plugin._releases import __version__
 
     report.add("plugin", INFO, f"sglang-aiter-plugin {__version__}")
+
+
+def _module_name(relative: str) -> str:
+    return f"{PACKAGE}.{relative}" if relative else PACKAGE
+
+
+def _quiet(function: Callable[..., _T], *args: Any) -> _T:
+    """``function(*args)``; what sglang prints meanwhile (its "aiter is AMD specific" line off
+    ROCm, at import) is dropped: doctor's output is the report (``--json``: one document)."""
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        return function(*args)
+
+
+def _import_quietly(name: str) -> Any:
+    return _quiet(importlib.import_module, name)
+
+
+def _check_package(report: Report) -> None:
+    """Import every module in :data:`MODULES` (``__main__``: found, not run): one ``FAIL`` row
+    for the modules missing from the package, one per cause that stops others importing."""
+    import importlib.util
+
+    where = next(iter(getattr(sys.modules.get(PACKAGE), "__path__", [])), "?")
+    missing: list[str] = []
+    broken: dict[str, list[str]] = {}  # cause -> the modules it stops
+    for relative in MODULES:
+        name = _module_name(relative)
+        try:
+            if relative == "__main__":
+                if importlib.util.find_spec(name) is None:
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            else:
+                _import_quietly(name)
+        except ModuleNotFoundError as exc:
+            gone = exc.name or ""
+            if gone == name or (gone.startswith(f"{PACKAGE}.") and name.startswith(f"{gone}.")):
+                missing.append(name)
+            else:
+                broken.setdefault(describe(exc), []).append(name)
+        except Exception as exc:
+            broken.setdefault(describe(exc), []).append(name)
+    if missing:
+        report.add("package", FAIL, f"missing from {where}: {', '.join(missing)}; the install "
+                   f"is incomplete: reinstall the plugin ({INSTALL_HINT})")
+    for cause, names in broken.items():
+        verb = "does" if len(names) == 1 else "do"
+        report.add("package", FAIL, f"{', '.join(names)} {verb} not import: {cause}")
+    if not missing and not broken:
+        report.add("package", OK, f"all {len(MODULES)} modules import, from {where}")
 
 
 def _upstream_defects(report: Report) -> None:
@@ -328,13 +391,31 @@ def _check_fixes(report: Report) -> tuple[Switches, list[FixStatus]]:
             importlib.import_module(module)
         except Exception as exc:
             report.add("fixes", WARN, f"cannot import {module} as sglang would: {exc!r}")
-    statuses = last_statuses() or statuses
+    statuses = [_classes_built(s) for s in last_statuses() or statuses]
     _check_switches(report, switches)
     for status in statuses:  # pending here: the import sglang makes at launch did not happen
         level = {FixState.FAILED: FAIL, FixState.PENDING: WARN}.get(status.state, OK)
         text = status.state.value + (f": {status.detail}" if status.detail else "")
         report.add(f"fix {status.name}", level, text)
     return switches, statuses
+
+
+def _classes_built(status: FixStatus) -> FixStatus:
+    """The attention-backend fix says a launch builds the plugin's classes: import them as that
+    launch would; a ``failed`` status (so also for ``selection``) where they do not import."""
+    from sglang_aiter_plugin._status import FixState, FixStatus
+
+    if status.name != FIX_NAME or status.state not in (FixState.APPLIED, FixState.PENDING):
+        return status
+    try:
+        sites = _import_quietly(f"{PACKAGE}.selection.sites")
+        for stock in sites.PLUGIN_CLASSES:
+            _quiet(sites.plugin_class, stock)
+    except Exception as exc:
+        return FixStatus(FIX_NAME, FixState.FAILED, "the plugin's classes do not import, so a "
+                         f"launch with --attention-backend {EXT_NAME} fails building them: "
+                         f"{describe(exc)}")
+    return status
 
 
 def _check_switches(report: Report, switches: Switches | None = None) -> None:

@@ -13,7 +13,7 @@ from sglang_aiter_plugin._log import log as _log
 from sglang_aiter_plugin._releases import __version__
 from sglang_aiter_plugin._sglang import Support, installed_sglang_version, support_of
 from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR, Switches, read_switches
+from sglang_aiter_plugin._switches import ENABLE_VAR, Switches, read_switches
 from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 
 __all__ = ["last_statuses", "register", "run_fixes"]
@@ -32,24 +32,15 @@ def run_fixes() -> tuple[Switches, list[FixStatus]]:
             return _switches, list(_statuses.values())
         builtin = [name for name, _ in BUILTIN_FIXES]
         switches = read_switches(builtin)
-        if not switches.enabled:
-            # Switched off: touch nothing, not even the plugin manager (pluggy, entry-point scan),
-            # unless the disable list names a fix the plugin does not ship: only the scan of the
-            # installed fixes can tell a third-party name from a typo. Bad values are still told.
-            if any(p.startswith(DISABLE_VAR) for p in switches.problems):
-                from sglang_aiter_plugin.plugin.manager import fix_sources
-
-                switches = read_switches([s.name for s in fix_sources()[0]])
+        if not switches.enabled:  # switched off: touch nothing, not even pluggy; bad values told
             _switches = switches._replace(enabled=False, bounds_check=False)
             _statuses = {n: FixStatus(n, FixState.DISABLED, f"{ENABLE_VAR}=0") for n in builtin}
             return _switches, list(_statuses.values())
-        from sglang_aiter_plugin.plugin.manager import PluginManager, fix_sources, install_manager
+        from sglang_aiter_plugin.plugin.manager import PluginManager
         from sglang_aiter_plugin.plugin.spec import FixContext
 
-        sources, problems = fix_sources()
-        _switches = read_switches([s.name for s in sources])
-        manager = PluginManager(sources, blocked=_switches.disabled_fixes, problems=problems)
-        install_manager(manager)
+        _switches = switches
+        manager = PluginManager(BUILTIN_FIXES, blocked=switches.disabled_fixes)
         _statuses = {}
         context = FixContext(
             plugin_version=__version__,

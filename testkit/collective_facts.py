@@ -16,7 +16,7 @@ __all__ = ["FIRST_WITH_PATH", "FIRST_WITH_PIECEWISE_FUSED", "FIRST_WITH_QUANT", 
 
 NEWEST_KNOWN = Version("0.5.23")
 FIRST_WITH_PATH = {
-    "capture-all-reduce": Version("0.5.11"),
+    "all-reduce": Version("0.5.11"),  # no fix: sglang honours TMS and the flag
     "capture-all-gather": Version("0.5.13"),
     "capture-reduce-scatter": Version("0.5.15"),
     "capture-fused-ar-rmsnorm": Version("0.5.11"),
@@ -44,7 +44,7 @@ def has_quant(v: Version) -> bool:
 def honoured_upstream(fix: str, v: Version) -> frozenset[Condition]:
     """Conditions under which sglang ``v`` itself captures ``fix``'s collective unregistered."""
     r = _release(v)
-    if fix == "capture-all-reduce":
+    if fix == "all-reduce":
         return frozenset({_TMS, _FLAG})  # copy-in is not defined for all-reduce
     if fix == "capture-fused-ar-rmsnorm":
         return frozenset()

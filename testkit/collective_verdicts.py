@@ -2,7 +2,8 @@
 
 The fixes decide by probing (the probes simulate the ROCm host themselves), so the verdict a ROCm
 process would log can be computed on any machine: the compatibility matrix and the tripwire
-tests read it here. ``python -m testkit.collective_verdicts`` prints it as JSON.
+tests read it here. ``python -m testkit.collective_verdicts`` prints it as JSON, with the
+all-reduce's (``not needed`` where sglang honours every condition, :mod:`.all_reduce_capture`).
 """
 
 from __future__ import annotations
@@ -13,16 +14,12 @@ import sys
 
 from sglang_aiter_plugin._sglang import installed_sglang_version
 from sglang_aiter_plugin._status import FixState
-from sglang_aiter_plugin.fixes.collectives import (
-    ALL_GATHER,
-    ALL_REDUCE,
-    FUSED_AR_RMSNORM,
-    REDUCE_SCATTER,
-)
-from sglang_aiter_plugin.fixes.collectives.fix import CUSTOM_ALL_REDUCE, PARALLEL_STATE, Decision
+from sglang_aiter_plugin.fixes.collectives import FIXES
+from sglang_aiter_plugin.fixes.collectives.fix import PARALLEL_STATE, Decision
 from sglang_aiter_plugin.fixes.collectives.probe import Condition
+from testkit.all_reduce_capture import registering
 
-__all__ = ["LABELS", "short", "verdicts"]
+__all__ = ["LABELS", "all_reduce", "short", "verdicts"]
 
 LABELS = {Condition.TMS: "TMS", Condition.COPY_IN: "copy-in", Condition.COMM_FLAG: "flag"}
 
@@ -38,15 +35,24 @@ def verdicts() -> dict[str, Decision]:
     """Fix name -> what a ROCm process with this sglang would decide (nothing installed)."""
     version = installed_sglang_version()
     coordinator = importlib.import_module(PARALLEL_STATE).GroupCoordinator
-    car = importlib.import_module(CUSTOM_ALL_REDUCE)
-    found = {ALL_REDUCE.name: ALL_REDUCE.decide(coordinator, car, version)}
-    for fix in (ALL_GATHER, REDUCE_SCATTER, FUSED_AR_RMSNORM):
-        found[fix.name] = fix.decide(coordinator, version)
-    return found
+    return {fix.name: fix.decide(coordinator, version) for fix in FIXES}
+
+
+def all_reduce() -> dict[str, str]:
+    """The all-reduce's verdict, as a fix's: ``not needed``, or where it registers."""
+    try:
+        found = registering()
+    except Exception as exc:
+        return {"state": "probe failed", "short": "probe failed",
+                "detail": f"{type(exc).__name__}: {exc}"}
+    if found:
+        return {"state": "registers", "short": "registers", "detail": "; ".join(found)}
+    return {"state": "not needed", "short": "not needed",
+            "detail": "sglang captures all-reduce unregistered under every condition"}
 
 
 if __name__ == "__main__":
     sys.modules.setdefault("aiter", None)  # type: ignore[arg-type]  # no ROCm needed
-    print(json.dumps({name: {"state": d.status.state.value, "short": short(d),
-                             "detail": d.status.detail} for name, d in verdicts().items()},
-                     indent=2))
+    found = {name: {"state": d.status.state.value, "short": short(d), "detail": d.status.detail}
+             for name, d in verdicts().items()}
+    print(json.dumps({"all-reduce": all_reduce(), **found}, indent=2))

@@ -1,39 +1,13 @@
-"""A plugin manager made for one test, and one fresh process off ROCm that loads the plugin."""
+"""One fresh process off ROCm that loads the plugin, shared by the tests that read it."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
 from typing import Any
 
-import pytest
-
-from sglang_aiter_plugin.fixes import BUILTIN_FIXES
-from sglang_aiter_plugin.plugin import manager as manager_module
-from sglang_aiter_plugin.plugin.manager import FixSource, PluginManager
 from testkit.subproc import run_python
 
-__all__ = ["off_rocm_process", "use_manager"]
-
-
-def use_manager(
-    monkeypatch: pytest.MonkeyPatch,
-    plugins: Iterable[tuple[str, object]] = (),
-    *,
-    builtin: bool = True,
-) -> PluginManager:
-    """The process-wide manager, for this test only: built-in fixes (unless ``builtin=False``,
-    which imports none of them) and ``plugins`` registered in-process."""
-    sources = [FixSource.builtin(n, v) for n, v in BUILTIN_FIXES] if builtin else []
-    sources += [_in_process(name, plugin) for name, plugin in plugins]
-    manager = PluginManager(sources)
-    monkeypatch.setattr(manager_module, "current_manager", lambda: manager)
-    return manager
-
-
-def _in_process(name: str, plugin: object) -> FixSource:
-    """A plugin object handed over in-process."""
-    return FixSource(name, lambda: plugin, f"in-process plugin {type(plugin).__name__}")
+__all__ = ["off_rocm_process"]
 
 
 OFF_ROCM = """

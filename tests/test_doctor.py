@@ -7,6 +7,7 @@ process. The default run goes through the console script, the others through its
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from sglang_aiter_plugin import _releases
+from sglang_aiter_plugin import _doctor, _releases
 from testkit.subproc import Result, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,10 +76,14 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
         assert checks["aiter"]["level"] == "warn"  # nobody selected aiter-ext
     # doctor imports what sglang imports at launch, so the fix's final outcome shows
     assert checks["fix attention-backend"]["summary"].startswith("applied")
-    for fix in ("capture-all-reduce", "capture-all-gather", "capture-reduce-scatter",
-                "capture-fused-ar-rmsnorm"):  # off ROCm: installs nothing, and says so
+    fixes = ("capture-all-gather", "capture-reduce-scatter", "capture-fused-ar-rmsnorm")
+    for fix in fixes:  # off ROCm: installs nothing, and says so
         assert checks[f"fix {fix}"]["summary"].startswith("skipped: not a ROCm (HIP) platform")
+    assert [n for n in checks if n.startswith("fix ")] == [  # only the fixes that can act
+        "fix attention-backend", *(f"fix {fix}" for fix in fixes)]
     assert checks["switches"]["summary"].endswith("batch bounds check: off")
+    assert checks["package"]["summary"] == (
+        f"all {len(_doctor.MODULES)} modules import, from {ROOT / 'sglang_aiter_plugin'}")
     # which of upstream's defects this release has: the graph-buffer width ones only before 0.5.13
     named = checks["backend"]["summary"].split("covers: ")[1].split(" (")[0].split(", ")
     assert "unified-page-table" in named
@@ -254,7 +259,8 @@ def test_sglang_that_does_not_import_is_said_once() -> None:
     (sglang,) = [c for c in checks if c["name"] == "sglang"]
     assert sglang["level"] == "FAIL"
     assert f"but `import sglang` fails here: {cause[:120]}" in sglang["summary"]
-    assert sglang["summary"].endswith("Not checked while it fails: discovery, fixes, selection")
+    assert sglang["summary"].endswith(
+        "Not checked while it fails: discovery, fixes, selection, package")
     assert [c["name"] for c in checks] == ["plugin", "sglang", "platform", "aiter", "switches"]
     assert "KeyError" not in proc.stdout
 
@@ -280,9 +286,42 @@ def test_without_sglang_doctor_says_it_is_not_installed(tmp_path: Path) -> None:
     assert sglang["summary"] == (
         f"sglang is not installed for this Python ({sys.executable}); supported releases: "
         f"{_releases.OLDEST_SUPPORTED} to {_releases.NEWEST_TESTED}. Not checked without it: "
-        "discovery, fixes, selection")
+        "discovery, fixes, selection, package")
     assert [c["name"] for c in checks] == ["plugin", "sglang", "platform", "aiter", "switches"]
     assert "invalid choice" not in proc.stdout
+
+
+def test_the_package_check_knows_every_module_the_package_ships() -> None:
+    """A copy missing a module can only be told from what the package should hold."""
+    package = ROOT / "sglang_aiter_plugin"
+    shipped = {".".join(p.relative_to(package).with_suffix("").parts).removesuffix("__init__")
+               .rstrip(".") for p in package.rglob("*.py")}
+    assert set(_doctor.MODULES) == shipped
+    assert len(_doctor.MODULES) == len(shipped)
+
+
+def test_a_module_that_does_not_import_is_a_failing_row_naming_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.import_module
+
+    def failing(name: str, package: str | None = None) -> Any:
+        if name in {"sglang_aiter_plugin.backend.capacity", "sglang_aiter_plugin.cli"}:
+            raise ImportError(f"cannot import {name} (a test)")
+        if name == "sglang_aiter_plugin.plugin.spec":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", failing)
+    report = _doctor.Report()
+    _doctor._check_package(report)
+    rows = [(c.level, c.summary) for c in report.checks]
+    assert [level for level, _ in rows] == ["FAIL", "FAIL", "FAIL"], rows
+    assert rows[0][1].startswith(f"missing from {ROOT / 'sglang_aiter_plugin'}: "
+                                 "sglang_aiter_plugin.plugin.spec; the install is incomplete")
+    assert rows[1][1].startswith("sglang_aiter_plugin.backend.capacity does not import: "
+                                 "ImportError: cannot import sglang_aiter_plugin.backend.capacity")
+    assert rows[2][1].startswith("sglang_aiter_plugin.cli does not import: ImportError")
+    assert report.exit_code == 1
 
 
 LOADER_ERROR_0_5_10 = (

@@ -1,7 +1,8 @@
 """A broken install: doctor reports it row by row, and sglang still starts with another backend.
 
-Three ways an install breaks: a copy of the package first on ``PYTHONPATH`` with a module missing,
-the same with a syntax error, and an empty ``sglang_aiter_plugin/`` folder in the directory the
+Four ways an install breaks: a copy of the package first on ``PYTHONPATH`` with a module missing
+(one the fixes import at start-up, or one only the backend's classes import), the same with a
+syntax error, and an empty ``sglang_aiter_plugin/`` folder in the directory the
 launch starts from (a namespace package that shadows the editable install for ``python -c`` and
 ``python -m``, which put that directory first on ``sys.path``).
 """
@@ -29,6 +30,10 @@ def _without_fold(package: Path) -> None:
     (package / "selection" / "choice.py").unlink()
 
 
+def _without_pool(package: Path) -> None:
+    (package / "backend" / "pool.py").unlink()
+
+
 def _syntax_error(package: Path) -> None:
     with (package / "_switches.py").open("a") as f:
         f.write("\ndef (\n")
@@ -39,11 +44,22 @@ BREAKAGES: dict[str, tuple[Callable[[Path], None] | None, list[str]]] = {
     "module missing": (_without_fold, [
         "failed: cannot load built-in sglang_aiter_plugin.selection.fix: "
         "ModuleNotFoundError: No module named 'sglang_aiter_plugin.selection.choice'",
+        "/copy/sglang_aiter_plugin: sglang_aiter_plugin.selection.choice; the install is "
+        "incomplete",
+    ]),
+    # start-up and the fix's own modules import: only building the backend would fail
+    "backend module missing": (_without_pool, [
+        "failed: the plugin's classes do not import, so a launch with --attention-backend "
+        "aiter-ext fails building them: ModuleNotFoundError: No module named "
+        "'sglang_aiter_plugin.backend.pool'",
+        "/copy/sglang_aiter_plugin: sglang_aiter_plugin.backend.pool; the install is incomplete",
+        "sglang_aiter_plugin.backend.classes does not import: ModuleNotFoundError",
     ]),
     "syntax error": (_syntax_error, [
         "its register() failed, so sglang is unchanged: SyntaxError: invalid syntax",
         "SyntaxError: invalid syntax (_switches.py, line",
         "/copy/sglang_aiter_plugin/_switches.py)",
+        "sglang_aiter_plugin._registration, ",
     ]),
     "shadowing folder": (None, [
         "entry point found but sglang failed to load it: AttributeError: module "
@@ -110,6 +126,9 @@ def test_doctor_reports_a_broken_install_and_sglang_starts_with_another_backend(
         assert words in failures, failures
     rows = {c["name"] for c in checks}
     assert {"plugin", "sglang", "platform", "aiter", "discovery"} <= rows  # the rest still print
+    if breakage == "backend module missing":  # every row but those two says all is well
+        assert {c["name"] for c in checks if c["level"] == "FAIL"} == {
+            "fix attention-backend", "package"}
 
     launch = Result(launch_rc, launch_out, launch_err)
     assert launch.returncode == 0, launch.stderr[-3000:]

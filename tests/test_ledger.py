@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import re
-from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin.fixes import BUILTIN_FIXES
+from sglang_aiter_plugin.plugin.manager import load
 
 SECTIONS = ("Patches", "Why:", "How:", "Upstream PR:", "Remove when:")
 SYMBOL = re.compile(r"``(sglang\.[\w.]+):([\w.\[\]'\-]+)``")
@@ -20,8 +20,8 @@ SYMBOL = re.compile(r"``(sglang\.[\w.]+):([\w.\[\]'\-]+)``")
 
 @pytest.mark.parametrize(("name", "module"), BUILTIN_FIXES)
 def test_every_builtin_fix_has_a_complete_ledger(name: str, module: str) -> None:
-    """The ledger is the docstring of what the entry point loads (a module or a fix object)."""
-    doc = EntryPoint(name, module, "test").load().__doc__ or ""
+    """The ledger is the docstring of what the registry loads (a module or a fix object)."""
+    doc = load(module).__doc__ or ""
     assert doc.startswith(f"Fix ``{name}``"), f"{module}: the ledger does not name its fix"
     positions = [doc.find(section) for section in SECTIONS]
     assert -1 not in positions, f"{module}: missing {[s for s in SECTIONS if s not in doc]}"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import logging
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -28,8 +27,6 @@ __all__ = ["FROZEN_REASON", "METADATA_METHODS", "NOT_PER_BATCH", "PREFILL_UPDATE
            "AiterExtAttnBackend", "AiterExtMultiStepDraftBackend", "BatchTooLargeError",
            "PooledGraphState", "UnknownBatchBufferError", "UnknownGraphLayoutError", "discover",
            "install_bounds_check", "is_checked", "workspace_bytes_per_row"]
-
-logger = logging.getLogger(__name__)
 
 FROZEN_REASON = "CUDA graphs were captured against the current buffers"
 
@@ -226,21 +223,6 @@ def _install_page_table_fill(backend: Any) -> None:
             "release to sglang-aiter-plugin).", after=fill)
 
 
-def _tell_observers(pool: BufferPool, owner: Any, old: int, reason: str) -> None:
-    """Call the ``aiter_ext_pool_resized`` hook; an observer that raises is only logged."""
-    from sglang_aiter_plugin.plugin.manager import current_manager
-    from sglang_aiter_plugin.plugin.spec import PoolResize
-
-    manager = current_manager()
-    if manager is None:
-        return
-    try:
-        manager.announce_resize(PoolResize(pool, owner, old, pool.capacity, reason))
-    except Exception:
-        logger.exception("sglang-aiter-plugin: an aiter_ext_pool_resized observer raised; "
-                         "the pool itself grew and re-pointed its holders")
-
-
 def _widen(owner: Any, name: str, need: int, known: dict[int, str], multiple_of: int = 1,
            leading: tuple[int, ...] = ()) -> bool:
     """Give ``owner.name`` ``need`` zeroed entries (per leading row) where upstream left fewer in
@@ -265,9 +247,9 @@ def _widen(owner: Any, name: str, need: int, known: dict[int, str], multiple_of:
 
 
 class PooledGraphState:
-    """Mixin before sglang's backend class: ``init_cuda_graph_state`` grows the pool to ``max_bs``
-    (telling the observers), runs upstream's set-up, rights what it leaves wrong beyond the rows,
-    verifies every binding, freezes the pool and installs the bounds check if asked for."""
+    """Mixin before sglang's backend class: ``init_cuda_graph_state`` grows the pool to ``max_bs``,
+    runs upstream's set-up, rights what it leaves wrong beyond the rows, verifies every binding,
+    freezes the pool and installs the bounds check if asked for."""
 
     buffer_pool: BufferPool
 
@@ -288,9 +270,7 @@ class PooledGraphState:
         owner = type(self).__name__
         check = bounds_check_requested()
         reason = f"{owner}.init_cuda_graph_state(max_bs={max_bs})"
-        old = pool.capacity
-        if pool.grow(max_bs, reason=reason):
-            _tell_observers(pool, self, old, reason)
+        pool.grow(max_bs, reason=reason)
         self._before_upstream(max_bs)
         super().init_cuda_graph_state(max_bs, max_num_tokens, *args, **kw)  # type: ignore[misc]
         lent = bool(args) or kw.get("kv_indices_buf") is not None

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 __all__ = ["BUILTIN_FIXES"]
 
-#: (fix name, entry-point value: ``module`` or ``module:object``), in the order the fixes are
-#: applied and reported. The plugin manager loads them as it loads third-party entry points.
+#: (fix name, the plugin: ``module`` or ``module:object``), in the order the fixes are applied
+#: and reported; the plugin manager imports each one it does not block.
 BUILTIN_FIXES: tuple[tuple[str, str], ...] = (
     ("attention-backend", "sglang_aiter_plugin.selection.fix"),
-    ("capture-all-reduce", "sglang_aiter_plugin.fixes.collectives:ALL_REDUCE"),
     ("capture-all-gather", "sglang_aiter_plugin.fixes.collectives:ALL_GATHER"),
     ("capture-reduce-scatter", "sglang_aiter_plugin.fixes.collectives:REDUCE_SCATTER"),
     ("capture-fused-ar-rmsnorm", "sglang_aiter_plugin.fixes.collectives:FUSED_AR_RMSNORM"),

@@ -1,23 +1,9 @@
-"""The plugin's own extension points, built on pluggy.
+"""The registry of the plugin's fixes, built on pluggy.
 
-Fixes (built-in and third-party) are pluggy plugins that implement the hooks in
-:mod:`sglang_aiter_plugin.plugin.spec`. Third-party packages contribute theirs through the
-entry-point group :data:`FIXES_GROUP`; the entry-point name becomes the fix name::
-
-    [project.entry-points."sglang_aiter_plugin.fixes"]
-    my-fix = "my_package.my_fix"
-
-    # my_package/my_fix.py
-    from sglang_aiter_plugin.plugin import hookimpl
-    from sglang_aiter_plugin import FixState, FixStatus
-
-    @hookimpl
-    def aiter_ext_apply_fix(context):
-        return FixStatus("my-fix", FixState.APPLIED, "what it did")
-
-A plugin may also be any object with such methods (the built-in collective fixes are). Only
-names starting with :data:`HOOK_PREFIX` are hooks (as pytest does for ``pytest_``); a plugin that
-implements none is reported ``failed``.
+Each fix in :data:`~sglang_aiter_plugin.fixes.BUILTIN_FIXES` is a pluggy plugin (a module, or an
+object such as the collective fixes) implementing the hook in :mod:`sglang_aiter_plugin.plugin.spec`
+with :data:`hookimpl`. Only names starting with :data:`HOOK_PREFIX` are hooks (as pytest does for
+``pytest_``): pluggy never inspects a fix's other attributes.
 """
 
 from __future__ import annotations
@@ -27,10 +13,9 @@ from typing import Any, TypeVar
 
 import pluggy
 
-__all__ = ["FIXES_GROUP", "HOOK_PREFIX", "NAME", "hookimpl"]
+__all__ = ["HOOK_PREFIX", "NAME", "hookimpl"]
 
 NAME = "sglang_aiter_plugin"
-FIXES_GROUP = "sglang_aiter_plugin.fixes"
 HOOK_PREFIX = "aiter_ext_"  # every hook's name starts with it; other names are never inspected
 
 _F = TypeVar("_F", bound=Callable[..., Any])

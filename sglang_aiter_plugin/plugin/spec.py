@@ -1,13 +1,9 @@
-"""Hook specifications: what a fix or an observer of the buffer pool implements.
-
-All hooks run on cold paths only (plugin load, backend construction, CUDA-graph set-up); none is
-called per decode step.
-"""
+"""The hook specification every fix implements; it runs at plugin load, never per decode step."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import pluggy
 
@@ -18,7 +14,7 @@ if TYPE_CHECKING:
 
     from sglang_aiter_plugin._status import FixStatus
 
-__all__ = ["FixContext", "PoolResize", "aiter_ext_apply_fix", "aiter_ext_pool_resized"]
+__all__ = ["FixContext", "aiter_ext_apply_fix"]
 
 hookspec = pluggy.HookspecMarker(NAME)
 
@@ -39,21 +35,6 @@ class FixContext(NamedTuple):
         return self._replace(report=report)
 
 
-class PoolResize(NamedTuple):
-    """A grow-only buffer pool (:class:`~sglang_aiter_plugin.backend.pool.BufferPool`) of
-    ``owner``, a backend object, changed capacity (batch rows)."""
-
-    pool: Any
-    owner: Any
-    old_capacity: int
-    new_capacity: int
-    reason: str
-
-    def __repr__(self) -> str:
-        return (f"PoolResize({self.old_capacity} -> {self.new_capacity} rows, "
-                f"reason={self.reason!r})")
-
-
 @hookspec
 def aiter_ext_apply_fix(context: FixContext) -> FixStatus:  # type: ignore[empty-body]
     """Probe whether the fix is needed here and apply it; report what happened.
@@ -63,13 +44,4 @@ def aiter_ext_apply_fix(context: FixContext) -> FixStatus:  # type: ignore[empty
     sglang to import a module returns ``pending`` and reports its outcome through
     ``context.report``. Raising is allowed (the fix is then ``failed``; the others still run),
     but a fix should prefer to return ``skipped``/``not needed`` with a reason.
-    """
-
-
-@hookspec
-def aiter_ext_pool_resized(event: PoolResize) -> None:
-    """A backend's buffer pool grew (before CUDA-graph capture).
-
-    Implementations re-point objects that cache references to the pool's tensors. Never called
-    on the per-step path.
     """

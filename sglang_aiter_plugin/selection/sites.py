@@ -22,7 +22,7 @@ from sglang_aiter_plugin.selection.choice import EXT_NAME, STOCK_NAME, is_select
 
 __all__ = ["AITER_MODULE", "DRAFT_UTILS_MODULE", "PLUGIN_CLASSES", "REGISTRY_MODULE",
            "SERVER_ARGS_MODULE", "TARGETS", "Target", "UnfoldedSelectionError",
-           "install_construction_sites"]
+           "install_construction_sites", "plugin_class"]
 
 SERVER_ARGS_MODULE = "sglang.srt.server_args"
 REGISTRY_MODULE = "sglang.srt.layers.attention.attention_registry"
@@ -83,12 +83,19 @@ def _selecting(original: Callable[..., Any], builds: str,
         if not is_selected(record_of(*args)):
             return original(*args, **kwargs)
         backend.require_aiter()  # first: without ROCm the message names ROCm and aiter
-        classes = importlib.import_module("sglang_aiter_plugin.backend.classes")  # imports sglang's
-        cls = getattr(classes, PLUGIN_CLASSES[builds])
-        return rebound(original, {builds: cls}, module=AITER_MODULE)(*args, **kwargs)
+        return rebound(original, {builds: plugin_class(builds)}, module=AITER_MODULE)(
+            *args, **kwargs)
 
     setattr(wrapper, _WRAPPED_FLAG, True)
     return wrapper
+
+
+def plugin_class(builds: str) -> type:
+    """The plugin's class built where sglang builds its aiter class ``builds`` (importing
+    :mod:`sglang_aiter_plugin.backend.classes`, which imports sglang's ``aiter_backend``)."""
+    classes = importlib.import_module("sglang_aiter_plugin.backend.classes")
+    cls: type = getattr(classes, PLUGIN_CLASSES[builds])
+    return cls
 
 
 def _runner_record(runner: Any, *_: Any) -> Any:

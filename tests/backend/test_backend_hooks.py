@@ -1,14 +1,14 @@
-"""The backend's cold-path contract: the graph set-up that grows a pool tells the observers once,
-after the pool re-pointed every holder; nothing is added to per-step methods."""
+"""The backend's cold-path contract: graph set-up grows the pool without the fix registry; nothing
+is added to per-step methods."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from sglang_aiter_plugin.plugin import hookimpl
-from sglang_aiter_plugin.plugin.spec import PoolResize
-from testkit.plugins import use_manager
 from testkit.sglang_setup import Setup
+from testkit.subproc import run_python
 
 PER_STEP = (
     "init_forward_metadata",
@@ -20,25 +20,6 @@ PER_STEP = (
     "forward_extend",
     "forward",
 )
-
-
-class Observer:
-    def __init__(self) -> None:
-        self.events: list[PoolResize] = []
-        self.saw_repointed: list[bool] = []
-
-    @hookimpl
-    def aiter_ext_pool_resized(self, event: PoolResize) -> None:
-        self.events.append(event)
-        self.saw_repointed.append(event.owner.kv_indptr is event.pool.tensor("kv_indptr")
-                                  and event.pool.stale_bindings() == [])
-
-
-@pytest.fixture
-def observer(monkeypatch: pytest.MonkeyPatch) -> Observer:
-    obs = Observer()
-    use_manager(monkeypatch, [("third-party-observer", obs)])
-    return obs
 
 
 def test_per_step_methods_are_upstreams_own() -> None:
@@ -62,43 +43,32 @@ def test_per_step_methods_are_upstreams_own() -> None:
 
 
 @pytest.mark.parametrize("sglang_setup", ["dp-attention"], indirect=True)
-def test_third_party_observer_sees_one_growth_with_the_grown_backend(
-    sglang_setup: Setup, observer: Observer
+def test_graph_set_up_grows_the_pool_without_the_fix_registry(
+    sglang_setup: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend
 
+    for name in ("pluggy", "sglang_aiter_plugin.plugin", "sglang_aiter_plugin.plugin.manager",
+                 "sglang_aiter_plugin.plugin.spec"):
+        monkeypatch.setitem(sys.modules, name, None)  # any import of them raises
     backend = AiterExtAttnBackend(sglang_setup.runner)
-    assert observer.events == []  # construction sizes the pool, it does not announce growth
     built = backend.buffer_pool.capacity
     assert built == sglang_setup.max_bs  # sglang's own graph maximum is known at construction
     graph = built + 2  # a graph runner capturing above sglang's rule
     backend.init_cuda_graph_state(graph, graph)
-    backend.init_cuda_graph_state(graph, graph)  # e.g. pdmux
-    (event,) = observer.events
-    assert event.owner is backend
-    assert event.pool is backend.buffer_pool
-    assert (event.old_capacity, event.new_capacity) == (built, graph)
-    assert f"max_bs={graph}" in event.reason
-    assert observer.saw_repointed == [True]  # observers see a pool that is already right
-
-
-@pytest.mark.parametrize("sglang_setup", ["dp-attention"], indirect=True)
-def test_an_observer_that_raises_is_logged_and_the_backend_is_already_right(
-    sglang_setup: Setup, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend
-
-    class Raising:
-        @hookimpl
-        def aiter_ext_pool_resized(self, event: PoolResize) -> None:
-            raise RuntimeError("observer failed")
-
-    use_manager(monkeypatch, [("raising", Raising())])
-    backend = AiterExtAttnBackend(sglang_setup.runner)
-    graph = backend.buffer_pool.capacity + 2
-    backend.init_cuda_graph_state(graph, graph)
     assert backend.buffer_pool.capacity == graph
     assert backend.buffer_pool.stale_bindings() == []
     assert backend.buffer_pool.frozen  # the set-up went on to the end
-    assert "an aiter_ext_pool_resized observer raised" in caplog.text
-    assert "observer failed" in caplog.text
+
+
+IMPORTS = """
+import sglang_aiter_plugin.backend.classes, sglang_aiter_plugin.backend.pool
+print("RESULT " + json.dumps(sorted(m for m in sys.modules
+                                    if m == "pluggy" or m.startswith("sglang_aiter_plugin."))))
+"""
+
+
+def test_the_backend_and_the_pool_import_nothing_of_the_fix_registry() -> None:
+    imported = run_python(IMPORTS).data
+    assert "sglang_aiter_plugin.backend.classes" in imported
+    assert [m for m in imported if m == "pluggy" or ".plugin" in m or ".fixes" in m] == []

@@ -1,4 +1,4 @@
-"""BufferPool on its own: fills, growth, re-pointing (by the pool itself, no observer), freezing."""
+"""BufferPool on its own: fills, growth, re-pointing (by the pool itself), freezing."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_growth_reallocates_every_buffer_and_repoints_every_holder() -> None:
 
 
 def test_the_pool_knows_nothing_of_the_plugin_layer() -> None:
-    """Whoever grows a pool tells the observers; the pool imports nothing above itself."""
+    """The pool imports nothing above itself: no registry, no backend."""
     import ast
     from pathlib import Path
 

@@ -1,10 +1,9 @@
-"""The fix registry: order, isolation of failures, blocking, duplicate names, observers."""
+"""The fix registry: every built-in fix a pluggy plugin, in order, failures isolated, blocking."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
@@ -12,10 +11,8 @@ from packaging.version import Version
 
 from sglang_aiter_plugin import FixState, FixStatus
 from sglang_aiter_plugin.fixes import BUILTIN_FIXES
-from sglang_aiter_plugin.plugin import FIXES_GROUP
-from sglang_aiter_plugin.plugin.manager import FixSource, PluginManager, fix_sources
-from sglang_aiter_plugin.plugin.spec import FixContext, PoolResize
-from testkit.distributions import write_distribution
+from sglang_aiter_plugin.plugin.manager import PluginManager, load
+from sglang_aiter_plugin.plugin.spec import FixContext
 from testkit.plugins import off_rocm_process
 
 CONTEXT = FixContext(plugin_version="test", sglang_version=Version("0.5.23"))
@@ -47,28 +44,12 @@ FIX_SOURCES = {
             return "applied"
     """,
     "tpf_unimportable": "raise ImportError('missing dependency zzz')\n",
-    "tpf_misnamed": """
-        from sglang_aiter_plugin import FixState, FixStatus
-        from sglang_aiter_plugin.plugin import hookimpl
-
-        @hookimpl
-        def apply_fix(context):
-            return FixStatus("misnamed", FixState.APPLIED, "never called")
-    """,
-    "tpf_observer": """
-        from sglang_aiter_plugin.plugin import hookimpl
-        events = []
-
-        @hookimpl
-        def aiter_ext_pool_resized(event):
-            events.append(event)
-    """,
 }
 
 
 @pytest.fixture
 def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """The third-party fix modules above, importable, and forgotten after the test."""
+    """The fix modules above, importable, and forgotten after the test."""
     import textwrap
 
     for name, source in FIX_SOURCES.items():
@@ -79,28 +60,43 @@ def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         sys.modules.pop(name, None)
 
 
-def _third_party(name: str, module: str) -> FixSource:
-    return FixSource.third_party(EntryPoint(name, module, FIXES_GROUP))
-
-
-def _builtin_sources() -> list[FixSource]:
-    return [FixSource.builtin(name, value) for name, value in BUILTIN_FIXES]
-
-
 def _statuses(manager: PluginManager) -> dict[str, FixStatus]:
     return {s.name: s for s in manager.apply_fixes(CONTEXT)}
 
 
-@pytest.mark.usefixtures("modules")
-def test_builtin_fixes_come_first_then_third_party_in_entry_point_order() -> None:
-    manager = PluginManager([*_builtin_sources(), _third_party("b", "tpf_good"),
-                             _third_party("a", "tpf_observer")])
-    assert [name for name, _ in manager.pluggy.list_name_plugin()] == [*BUILTIN_NAMES, "b", "a"]
+def test_every_builtin_fix_is_a_plugin_implementing_the_hook_in_order() -> None:
+    manager = PluginManager()
+    assert [name for name, _ in manager.pluggy.list_name_plugin()] == BUILTIN_NAMES
+    impls = manager.pluggy.hook.aiter_ext_apply_fix.get_hookimpls()
+    assert sorted(i.plugin_name for i in impls) == sorted(BUILTIN_NAMES)
+
+
+def test_only_hook_names_are_looked_at_on_a_fix() -> None:
+    """pluggy reads no attribute of a fix but its ``aiter_ext_`` ones: a fix object's properties
+    (which may need sglang) are never evaluated at registration."""
+    from sglang_aiter_plugin.plugin import hookimpl
+
+    class Fix:
+        @property
+        def expensive(self) -> None:
+            raise AssertionError("read at registration")
+
+        @hookimpl
+        def aiter_ext_apply_fix(self, context: FixContext) -> FixStatus:
+            return FixStatus("x", FixState.APPLIED, "ok")
+
+    sys.modules["tpf_object"] = type(sys)("tpf_object")
+    sys.modules["tpf_object"].FIX = Fix()  # type: ignore[attr-defined]
+    try:
+        statuses = _statuses(PluginManager([("object", "tpf_object:FIX")]))
+    finally:
+        del sys.modules["tpf_object"]
+    assert statuses == {"object": FixStatus("object", FixState.APPLIED, "ok")}
 
 
 @pytest.mark.usefixtures("modules")
-def test_a_raising_fix_fails_alone_and_its_status_carries_the_plugin_name() -> None:
-    manager = PluginManager([_third_party("boom", "tpf_raising"), _third_party("good", "tpf_good")])
+def test_a_raising_fix_fails_alone_and_its_status_carries_the_fix_name() -> None:
+    manager = PluginManager([("boom", "tpf_raising"), ("good", "tpf_good")])
     statuses = _statuses(manager)
     assert statuses["boom"].state is FixState.FAILED
     assert statuses["boom"].detail == "RuntimeError: probe exploded"
@@ -110,39 +106,23 @@ def test_a_raising_fix_fails_alone_and_its_status_carries_the_plugin_name() -> N
 
 @pytest.mark.usefixtures("modules")
 def test_a_fix_that_cannot_be_imported_or_returns_garbage_is_failed() -> None:
-    manager = PluginManager([_third_party("gone", "tpf_unimportable"),
-                             _third_party("garbage", "tpf_garbage")])
+    manager = PluginManager([("gone", "tpf_unimportable"), ("garbage", "tpf_garbage")])
     statuses = _statuses(manager)
-    assert statuses["gone"].state is FixState.FAILED
-    assert "cannot load tpf_unimportable" in statuses["gone"].detail
-    assert "missing dependency zzz" in statuses["gone"].detail
+    assert statuses["gone"] == FixStatus("gone", FixState.FAILED, "cannot load built-in "
+                                         "tpf_unimportable: ImportError: missing dependency zzz")
     assert statuses["garbage"].state is FixState.FAILED
     assert "not a FixStatus" in statuses["garbage"].detail
 
 
 @pytest.mark.usefixtures("modules")
-def test_a_fix_that_implements_no_hook_is_failed_and_named_so() -> None:
-    """Hooks are found by their ``aiter_ext_`` name only: a marked function named otherwise is not
-    one, and a plugin left with none is a failure that says how to name them."""
-    manager = PluginManager([_third_party("misnamed", "tpf_misnamed"),
-                             _third_party("good", "tpf_good")])
-    statuses = _statuses(manager)
-    assert statuses["misnamed"].state is FixState.FAILED
-    assert "implements no hook" in statuses["misnamed"].detail
-    assert "aiter_ext_apply_fix or aiter_ext_pool_resized" in statuses["misnamed"].detail
-    assert statuses["good"].state is FixState.APPLIED
-    assert manager.pluggy.get_plugin("misnamed") is None
-
-
-@pytest.mark.usefixtures("modules")
 def test_a_blocked_fix_is_reported_disabled_and_never_imported() -> None:
-    manager = PluginManager([_third_party("raising", "tpf_raising"),
-                             _third_party("good", "tpf_good")], blocked={"raising"})
+    manager = PluginManager([("raising", "tpf_raising"), ("good", "tpf_good")],
+                            blocked={"raising"})
     assert "tpf_raising" not in sys.modules
     assert manager.pluggy.is_blocked("raising")
     statuses = _statuses(manager)
-    assert statuses["raising"].state is FixState.DISABLED
-    assert "SGLANG_AITER_EXT_DISABLE" in statuses["raising"].detail
+    assert statuses["raising"] == FixStatus("raising", FixState.DISABLED,
+                                            "listed in SGLANG_AITER_EXT_DISABLE")
     assert "tpf_raising" not in sys.modules
     assert statuses["good"].state is FixState.APPLIED
 
@@ -154,80 +134,11 @@ def test_a_disabled_builtin_fix_is_not_imported_by_register() -> None:
     assert "sglang_aiter_plugin._registration" in data["imported"]  # the plugin did load
 
 
-def test_duplicate_fix_names_are_reported_and_the_first_one_kept(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    good = FIX_SOURCES["tpf_good"]
-    write_distribution(tmp_path / "one", "dup-one", modules={"dup_one": good},
-                       entry_points={FIXES_GROUP: {"dup": "dup_one",
-                                                   BUILTIN_NAMES[0]: "dup_one"}})
-    write_distribution(tmp_path / "two", "dup-two", modules={"dup_two": good},
-                       entry_points={FIXES_GROUP: {"dup": "dup_two"}})
-    monkeypatch.syspath_prepend(str(tmp_path / "two"))
-    monkeypatch.syspath_prepend(str(tmp_path / "one"))
-    sources, problems = fix_sources()
-    names = [s.name for s in sources]
-    assert names.count("dup") == 1
-    assert names.count(BUILTIN_NAMES[0]) == 1
-    assert next(s for s in sources if s.name == BUILTIN_NAMES[0]).origin.startswith("built-in ")
-    reported = {p.name: p for p in problems}
-    assert set(reported) >= {"dup (duplicate)", f"{BUILTIN_NAMES[0]} (duplicate)"}
-    assert "already taken by built-in" in reported[f"{BUILTIN_NAMES[0]} (duplicate)"].detail
-    dup = reported["dup (duplicate)"].detail
-    assert "(from dup-two)" in dup
-    assert "already taken by dup_one (from dup-one)" in dup
-    for problem in problems:
-        assert problem.state is FixState.FAILED
-    # the names that were kept still apply: the built-in fix and the first "dup"
-    kept = [s for s in sources if s.name in ("dup", BUILTIN_NAMES[0])]
-    statuses = _statuses(PluginManager(kept, problems=problems))
-    assert statuses["dup"].state is FixState.APPLIED
-    assert statuses[BUILTIN_NAMES[0]].state is not FixState.FAILED
-    assert statuses["dup (duplicate)"].state is FixState.FAILED
-    sys.modules.pop("dup_one", None)
+def test_load_reads_a_module_or_an_object_in_it() -> None:
+    from sglang_aiter_plugin.selection import fix
 
-
-def test_the_fixes_group_is_found_as_importlib_metadata_finds_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The reader agrees with ``entry_points(group=...)``: folders on ``sys.path`` (one
-    without ``entry_points.txt``) and a distribution that is not a folder (a finder's own)."""
-    import importlib.metadata as md
-
-    from sglang_aiter_plugin.plugin.manager import _entry_points
-
-    write_distribution(tmp_path / "one", "lean-one", modules={},
-                       entry_points={FIXES_GROUP: {"lean-a": "lean_one"}, "other": {"x": "y"}})
-    (tmp_path / "two" / "lean_two-1.0.dist-info").mkdir(parents=True)
-    (tmp_path / "two" / "lean_two-1.0.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: lean-two\nVersion: 1.0\n")
-
-    files = {"METADATA": "Metadata-Version: 2.1\nName: lean-mem\nVersion: 1.0\n",
-             "entry_points.txt": f"[{FIXES_GROUP}]\nlean-m = lean_mem\n"}
-
-    class InMemory(md.Distribution):
-        def read_text(self, filename: str) -> str | None:
-            return files.get(filename)
-
-        def locate_file(self, path: object) -> Path:
-            raise NotImplementedError
-
-    class Finder:
-        @staticmethod
-        def find_spec(*args: object) -> None:
-            return None
-
-        @staticmethod
-        def find_distributions(context: object = None) -> list[md.Distribution]:
-            return [InMemory()]
-
-    monkeypatch.syspath_prepend(str(tmp_path / "two"))
-    monkeypatch.syspath_prepend(str(tmp_path / "one"))
-    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, Finder()])
-    found = [(ep.name, ep.value) for ep in _entry_points(FIXES_GROUP)]
-    assert ("lean-a", "lean_one") in found
-    assert ("lean-m", "lean_mem") in found
-    assert found == [(ep.name, ep.value) for ep in md.entry_points(group=FIXES_GROUP)]
+    assert load("sglang_aiter_plugin.selection.fix") is fix
+    assert load("sglang_aiter_plugin.selection.fix:NAME") == "attention-backend"
 
 
 def test_a_later_report_is_always_filed_under_the_fixs_own_name() -> None:
@@ -244,12 +155,3 @@ def test_a_later_report_is_always_filed_under_the_fixs_own_name() -> None:
     assert [r.name for r in reported] == ["third"]
     assert status.name == "third"
     assert status.waiting_for == ("m",)
-
-
-@pytest.mark.usefixtures("modules")
-def test_resize_observers_are_told_and_are_not_fixes() -> None:
-    manager = PluginManager([_third_party("observer", "tpf_observer")])
-    event = PoolResize(pool=None, owner=None, old_capacity=33, new_capacity=34, reason="test")
-    manager.announce_resize(event)
-    assert sys.modules["tpf_observer"].events == [event]
-    assert "observer" not in _statuses(manager)

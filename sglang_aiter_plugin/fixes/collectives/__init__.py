@@ -6,13 +6,14 @@ IPC-export their pointers when the capture ends; graph memory that cannot be exp
 aborts the process with ``invalid device pointer`` (and sglang 0.5.22 reports stale peer data on
 replay, its reason for ``SGLANG_AITER_CAPTURE_COPY_IN=1``). Each fix below is a pluggy plugin
 object (its docstring is its ledger): it probes the installed sglang (:mod:`.probe`) and adds only
-the capture conditions sglang ignores (:mod:`.fix`).
+the capture conditions sglang ignores (:mod:`.fix`). All-reduce has no fix: every supported release
+already captures it unregistered under each condition (``tests/fixes/collectives/test_tripwires.py``
+fails on a release that does not).
 """
 
 from __future__ import annotations
 
 from sglang_aiter_plugin.fixes.collectives.fix import (
-    AllReduceCheck,
     Collective,
     Method,
     all_gather_unregistered,
@@ -21,37 +22,11 @@ from sglang_aiter_plugin.fixes.collectives.fix import (
 )
 from sglang_aiter_plugin.fixes.collectives.probe import calling_with
 
-__all__ = ["ALL_GATHER", "ALL_REDUCE", "FIXES", "FUSED_AR_RMSNORM", "REDUCE_SCATTER"]
+__all__ = ["ALL_GATHER", "FIXES", "FUSED_AR_RMSNORM", "REDUCE_SCATTER"]
 
 _FUSED = ("self", "input_", "residual_inp_", "weight_", "eps")
 _QUANT = (*_FUSED, "group_size", "emit_bf16")
 _HIDDEN = 128  # a multiple of the per-group quant's group size
-
-ALL_REDUCE = AllReduceCheck("capture-all-reduce", "all-reduce", ledger="""\
-Fix ``capture-all-reduce``: a probe only; sglang's all-reduce already stays unregistered.
-
-Patches:
-    Nothing while the probe finds sglang right (every release 0.5.11-0.5.23). It reads
-    ``sglang.srt.distributed.parallel_state:GroupCoordinator._all_reduce_out_place`` and
-    ``sglang.srt.distributed.device_communicators.custom_all_reduce:dispatch_custom_allreduce``
-    and ``...custom_all_reduce:CustomAllreduce.custom_all_reduce``.
-Why:
-    Registering graph memory under TMS or with aiter's ``enable_register_for_capturing`` off would
-    abort capture as for the other collectives. sglang handles it: the coordinator hands the
-    capture to aiter's ``custom_all_reduce`` (which follows the flag), builds aiter's communicator
-    with ``enable_register_for_capturing=not SGLANG_MEMORY_SAVER_CUDA_GRAPH``, and its own HIP
-    communicator captures with ``registered=not tms_cudagraph``. There is no copy-in for
-    all-reduce.
-How:
-    Three probes under a simulated ROCm capture when sglang imports ``custom_all_reduce``:
-    ``not needed`` when TMS and the flag are both honoured, else ``failed`` naming the condition
-    (there is no all-reduce wrapper). Nothing installed.
-Upstream PR:
-    None needed.
-Remove when:
-    Never by itself: it is the evidence that all-reduce needs no fix
-    (``tests/fixes/collectives/test_tripwires.py`` turns red if a release changes that).
-""")
 
 ALL_GATHER = Collective(
     "capture-all-gather", "all-gather", invoke=calling_with((2, 8), (1, 8)),
@@ -155,4 +130,4 @@ Remove when:
 )
 
 #: In the order they are applied and reported (as in ``sglang_aiter_plugin.fixes.BUILTIN_FIXES``).
-FIXES = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, FUSED_AR_RMSNORM)
+FIXES = (ALL_GATHER, REDUCE_SCATTER, FUSED_AR_RMSNORM)

@@ -28,29 +28,24 @@ from sglang_aiter_plugin._rebind import Overlay
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.fixes.collectives.probe import (
     COPY_IN_ENV,
-    REGISTER_FLAG,
     TMS_ENV,
     Condition,
     Invoke,
     NotAiterPath,
     ProbeError,
     ProbeResult,
-    calling_with,
-    factory_flag,
-    own_class_registers,
     parameters,
     probe,
 )
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
-__all__ = ["CUSTOM_ALL_REDUCE", "MARK", "PARALLEL_STATE", "AllReduceCheck", "Collective",
-           "CollectiveFix", "Decision", "Method", "Plan", "all_gather_unregistered",
+__all__ = ["MARK", "PARALLEL_STATE", "Collective", "Decision", "Method", "Plan",
+           "all_gather_unregistered",
            "communicator_view", "fused_unregistered", "install",
            "is_installed", "plan_for", "reduce_scatter_unregistered"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
-CUSTOM_ALL_REDUCE = "sglang.srt.distributed.device_communicators.custom_all_reduce"
 MARK = "__sglang_aiter_plugin_collective__"
 """Attribute set on every wrapper :func:`install` puts on a class (its value: the fix's name)."""
 logger = logging.getLogger("sglang_aiter_plugin")
@@ -167,50 +162,6 @@ def where(version: Version | None) -> str:
     return f"sglang {version}" if version is not None else "this sglang"
 
 
-class CollectiveFix:
-    """A collective fix as a pluggy plugin (its ledger as ``__doc__``; ``title``: the collective,
-    in statuses); it decides on ROCm once sglang has imported :attr:`waits_for`."""
-
-    waits_for = PARALLEL_STATE
-
-    def __init__(self, name: str, title: str, *, ledger: str) -> None:
-        self.name = name
-        self.title = title
-        self.__doc__ = ledger
-
-    def decide_now(self, module: Any, version: Version | None) -> FixStatus:
-        """Decide (and install) now that sglang has imported :attr:`waits_for` (``module``)."""
-        raise NotImplementedError
-
-    def _decided(self, state: FixState, detail: str) -> Decision:
-        return Decision(FixStatus(self.name, state, detail))
-
-    @hookimpl
-    def aiter_ext_apply_fix(self, context: FixContext) -> FixStatus:
-        version = context.sglang_version
-        if version is None:
-            return FixStatus(self.name, FixState.SKIPPED, "sglang is not installed")
-        if not importlib.import_module("sglang.srt.utils").is_hip():  # sglang's own answer
-            return FixStatus(self.name, FixState.SKIPPED,
-                             f"not a ROCm (HIP) platform: sglang never takes an AITER "
-                             f"{self.title} here; nothing installed")
-        imported = sys.modules.get(self.waits_for)
-        if imported is not None:
-            return self.decide_now(imported, version)
-        decided: list[FixStatus] = []
-
-        def later(module: Any) -> None:
-            decided.append(self.decide_now(module, version))
-            context.report(decided[-1])
-
-        if when_imported(self.waits_for, later):  # imported meanwhile: decided now
-            return decided[-1]
-        return FixStatus(self.name, FixState.PENDING,
-                         f"decided when sglang imports {self.waits_for} (not imported yet in "
-                         "this process; every process that runs collectives imports it first)",
-                         waiting_for=(self.waits_for,))
-
-
 class Method(NamedTuple):
     """A ``GroupCoordinator`` method a fix wraps, the parameter lists it suits; ``optional``:
     missing in some releases without making the fix ``skipped``."""
@@ -228,19 +179,51 @@ class Decision(NamedTuple):
     methods: tuple[str, ...] = ()
 
 
-class Collective(CollectiveFix):
-    """Wraps ``methods`` (each probed with ``invoke``) where sglang ignores a capture condition,
-    with the unregistered ``forms``; ``how``: for the ``applied`` status."""
+class Collective:
+    """A collective fix as a pluggy plugin (its ledger as ``__doc__``; ``title``: the collective,
+    in statuses): on ROCm, once sglang has imported ``parallel_state``, it wraps ``methods``
+    (each probed with ``invoke``) where sglang ignores a capture condition, with the unregistered
+    ``forms``; ``how``: for the ``applied`` status."""
 
     def __init__(self, name: str, title: str, *, invoke: Invoke,
                  forms: Mapping[str, Callable[..., Any]], methods: tuple[Method, ...], how: str,
                  ledger: str) -> None:
-        super().__init__(name, title, ledger=ledger)
+        self.name = name
+        self.title = title
+        self.__doc__ = ledger
         self.methods = methods
         self.invoke = invoke
         self.forms = forms
         self.how = how
         self.plan: Plan | None = None
+
+    def _decided(self, state: FixState, detail: str) -> Decision:
+        return Decision(FixStatus(self.name, state, detail))
+
+    @hookimpl
+    def aiter_ext_apply_fix(self, context: FixContext) -> FixStatus:
+        version = context.sglang_version
+        if version is None:
+            return FixStatus(self.name, FixState.SKIPPED, "sglang is not installed")
+        if not importlib.import_module("sglang.srt.utils").is_hip():  # sglang's own answer
+            return FixStatus(self.name, FixState.SKIPPED,
+                             f"not a ROCm (HIP) platform: sglang never takes an AITER "
+                             f"{self.title} here; nothing installed")
+        imported = sys.modules.get(PARALLEL_STATE)
+        if imported is not None:
+            return self.decide_now(imported, version)
+        decided: list[FixStatus] = []
+
+        def later(module: Any) -> None:
+            decided.append(self.decide_now(module, version))
+            context.report(decided[-1])
+
+        if when_imported(PARALLEL_STATE, later):  # imported meanwhile: decided now
+            return decided[-1]
+        return FixStatus(self.name, FixState.PENDING,
+                         f"decided when sglang imports {PARALLEL_STATE} (not imported yet in "
+                         "this process; every process that runs collectives imports it first)",
+                         waiting_for=(PARALLEL_STATE,))
 
     def coordinator_for(self, coordinator: Any, communicator: Any) -> Any:
         """What sglang's method gets as ``self`` in a capture-mode call."""
@@ -323,53 +306,3 @@ class Collective(CollectiveFix):
             for name in decision.methods:
                 install(cls, name, self.wrap, self.name)
         return decision.status
-
-
-class AllReduceCheck(CollectiveFix):
-    """The all-reduce fix: probes only, when sglang imports ``custom_all_reduce`` (its ledger)."""
-
-    waits_for = CUSTOM_ALL_REDUCE
-    out_place = "_all_reduce_out_place"
-    out_place_params = ("self", "input_", "outplace_all_reduce_method")
-
-    def decide_now(self, module: Any, version: Version | None) -> FixStatus:
-        parallel_state = importlib.import_module(PARALLEL_STATE)
-        return self.decide(parallel_state.GroupCoordinator, module, version).status
-
-    def decide(self, coordinator: type, car: Any, version: Version | None) -> Decision:
-        """Probe sglang's all-reduce capture path (nothing is installed)."""
-        method = f"GroupCoordinator.{self.out_place}"
-        if self.out_place not in vars(coordinator):
-            return self._decided(FixState.SKIPPED, f"{where(version)} has no {method}")
-        params = parameters(coordinator, self.out_place)
-        if params != self.out_place_params:
-            return self._decided(FixState.SKIPPED, f"{where(version)} changed {method} to "
-                                 f"({', '.join(params)}); the probe knows "
-                                 f"({', '.join(self.out_place_params)})")
-        try:
-            path = probe(coordinator, self.out_place, calling_with((1, 8), then=("ca",)))
-            factory = {tms: factory_flag(car.dispatch_custom_allreduce, tms)
-                       for tms in (False, True)}
-            own = {tms: own_class_registers(car.CustomAllreduce, tms) for tms in (False, True)}
-        except (ProbeError, NotAiterPath, AttributeError) as exc:
-            return self._decided(FixState.FAILED, f"{type(exc).__name__}: {exc}; please report "
-                                 "this sglang release")
-        tms, flag = Condition.TMS.value, Condition.COMM_FLAG.value
-        ignored = []
-        if not (path.baseline and not path.under[Condition.COMM_FLAG]):
-            ignored.append(f"{flag} ({method} calls {', '.join(path.methods)})")
-        if factory != {False: True, True: False}:
-            ignored.append(f"{tms} (aiter's communicator built with {REGISTER_FLAG}={factory})")
-        if own != {False: True, True: False}:
-            ignored.append(f"{tms} (sglang's own CustomAllreduce registers: {own})")
-        if ignored:
-            return self._decided(
-                FixState.FAILED,
-                f"{where(version)} registers all-reduce captures despite {'; '.join(ignored)}; "
-                "the plugin has no all-reduce wrapper: please report this release")
-        return self._decided(
-            FixState.NOT_NEEDED,
-            f"{where(version)} already captures all-reduce unregistered under {tms} (aiter's "
-            f"communicator is built with {REGISTER_FLAG}=False, sglang's own one passes "
-            f"registered=False) and under {flag} ({method} calls aiter's custom_all_reduce, "
-            "which follows it); sglang defines no copy-in for all-reduce; nothing installed")

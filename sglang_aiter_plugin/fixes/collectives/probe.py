@@ -20,14 +20,12 @@ from typing import Any, NamedTuple
 from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._rebind import Overlay, rebound
 
-__all__ = ["AITER_MODULE", "COPY_IN_ENV", "TMS_ENV", "CaptureCommunicator", "Condition",
-           "Invoke", "NotAiterPath", "ProbeError", "ProbeResult", "below_wrappers", "calling_with",
-           "factory_flag", "own_class_registers", "parameters", "probe", "simulated"]
+__all__ = ["COPY_IN_ENV", "TMS_ENV", "CaptureCommunicator", "Condition", "Invoke", "NotAiterPath",
+           "ProbeError", "ProbeResult", "below_wrappers", "calling_with", "parameters", "probe",
+           "simulated"]
 
 TMS_ENV = "SGLANG_MEMORY_SAVER_CUDA_GRAPH"
 COPY_IN_ENV = "SGLANG_AITER_CAPTURE_COPY_IN"
-AITER_MODULE = "aiter.dist.device_communicators.custom_all_reduce"
-"""Where sglang imports aiter's communicator from, inside its functions."""
 WORLD_SIZE = 2
 
 
@@ -161,14 +159,9 @@ def _fixed_names(fn: Callable[..., Any], *, tms: bool, copy_in: bool) -> dict[st
     }
 
 
-def simulated(fn: Callable[..., Any], *, tms: bool, copy_in: bool,
-              aiter_names: Mapping[str, Any] | None = None) -> Callable[..., Any]:
-    """A copy of sglang's ``fn`` that sees a ROCm host capturing a CUDA graph; ``aiter_names``:
-    what ``from aiter.dist.device_communicators.custom_all_reduce import ...`` in it gives."""
-    names = _fixed_names(fn, tms=tms, copy_in=copy_in)
-    if aiter_names:
-        return rebound(fn, {**names, **aiter_names}, module=AITER_MODULE, strict=False)
-    return rebound(fn, names, strict=False)
+def simulated(fn: Callable[..., Any], *, tms: bool, copy_in: bool) -> Callable[..., Any]:
+    """A copy of sglang's ``fn`` that sees a ROCm host capturing a CUDA graph."""
+    return rebound(fn, _fixed_names(fn, tms=tms, copy_in=copy_in), strict=False)
 
 
 def _probe_coordinator(cls: type, communicator: CaptureCommunicator) -> Any:
@@ -262,44 +255,3 @@ def probe(cls: type, name: str, invoke: Invoke) -> ProbeResult:
         under={c: calls[c][1] for c in Condition},
         methods=tuple(dict.fromkeys(m for m, _ in calls.values())),
     )
-
-
-REGISTER_FLAG = "enable_register_for_capturing"
-
-
-class _AiterCommunicatorClass:
-    """Stands in for aiter's ``CustomAllreduce`` class: only what sglang binds to it is read."""
-
-
-def factory_flag(dispatch: Callable[..., Any], tms: bool) -> Any:
-    """``enable_register_for_capturing`` that sglang's ``dispatch_custom_allreduce`` binds for
-    aiter's communicator on a simulated ROCm host (``"unset"`` when it binds none)."""
-    import functools
-
-    copy = simulated(dispatch, tms=tms, copy_in=False,
-                     aiter_names={"CustomAllreduce": _AiterCommunicatorClass})
-    chosen = copy(*[None] * len(inspect.signature(dispatch).parameters))
-    if not isinstance(chosen, functools.partial) or chosen.func is not _AiterCommunicatorClass:
-        raise ProbeError(f"dispatch_custom_allreduce chose {chosen!r} on a simulated ROCm host, "
-                         "not aiter's communicator")
-    return chosen.keywords.get(REGISTER_FLAG, "unset")
-
-
-def own_class_registers(cls: type, tms: bool) -> bool:
-    """Whether sglang's own HIP ``CustomAllreduce`` registers during a simulated capture."""
-    import torch
-
-    calls: list[bool] = []
-    comm: Any = object.__new__(cls)
-    comm.disabled = False
-    comm._ptr = 0  # no native handle: its close() (from __del__) has nothing to free
-    comm._IS_CAPTURING = True
-    comm.tms_cudagraph = tms  # what its constructor reads from SGLANG_MEMORY_SAVER_CUDA_GRAPH
-    comm.should_custom_ar = lambda inp: True
-    comm._all_reduce_impl = lambda inp, registered: calls.append(bool(registered))
-    simulated(below_wrappers(cls, "custom_all_reduce"), tms=tms, copy_in=False)(
-        comm, torch.empty((1, 8)))
-    if len(calls) != 1:
-        raise ProbeError(f"{cls.__name__}.custom_all_reduce made {len(calls)} all-reduce call(s) "
-                         "under a simulated ROCm capture; expected one")
-    return calls[0]

@@ -9,8 +9,7 @@ from testkit.plugins import off_rocm_process
 from testkit.subproc import run_python
 from tests.fixes.collectives.scenario import METHODS, child_data
 
-FIXES = ("capture-all-reduce", "capture-all-gather", "capture-reduce-scatter",
-         "capture-fused-ar-rmsnorm")
+FIXES = ("capture-all-gather", "capture-reduce-scatter", "capture-fused-ar-rmsnorm")
 
 STATE = """
 import sys
@@ -63,19 +62,17 @@ print("RESULT " + json.dumps({"before": before, "after_ps": after_ps, "after": s
     result = run_python(code)
     data = result.data
     assert data["before"]["imported"] is False  # the plugin's load did not import it
+    assert list(data["before"]["statuses"]) == ["attention-backend", *FIXES]
     for fix in FIXES:
         state, detail = data["before"]["statuses"][fix]
         assert state == "pending"
-        waits_for = ("sglang.srt.distributed.device_communicators.custom_all_reduce"
-                     if fix == "capture-all-reduce" else "sglang.srt.distributed.parallel_state")
-        assert f"decided when sglang imports {waits_for} (" in detail
+        assert "decided when sglang imports sglang.srt.distributed.parallel_state (" in detail
     after_ps = data["after_ps"]["statuses"]
-    assert {f for f in FIXES if after_ps[f][0] == "pending"} == {"capture-all-reduce"}
+    assert [f for f in FIXES if after_ps[f][0] == "pending"] == []
     decided = data["after"]["statuses"]
-    assert decided["capture-all-reduce"][0] == "not needed"
-    for fix in FIXES[1:]:
+    for fix in FIXES:
         want = "applied" if has_path(fix, sglang_version) else "skipped"
-        assert after_ps[fix] == decided[fix]
+        assert after_ps[fix] == decided[fix]  # importing custom_all_reduce changes nothing
         assert decided[fix][0] == want, decided[fix]
         assert f"sglang-aiter-plugin: {fix}={want} (" in result.stderr
     wrapped = {n for n, w in data["after"]["wrapped"].items() if w}

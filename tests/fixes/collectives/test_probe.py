@@ -52,12 +52,6 @@ def test_verdict_is_what_the_release_is_known_to_need(known, found, fix: str,  #
     assert set(verdict.ignored) == set(Condition) - honoured_upstream(fix, sglang_version)
 
 
-def test_all_reduce_is_not_needed_by_probe(found, sglang_version: Version) -> None:  # type: ignore[no-untyped-def]
-    status = found["capture-all-reduce"].status
-    assert status.state is FixState.NOT_NEEDED, status
-    assert "nothing installed" in status.detail
-
-
 def test_releases_without_a_path_say_why(found, sglang_version: Version) -> None:  # type: ignore[no-untyped-def]
     missing = [f for f in HOOKED if not has_path(f, sglang_version)]
     if not missing:

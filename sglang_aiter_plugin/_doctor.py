@@ -419,19 +419,23 @@ def _classes_built(status: FixStatus) -> FixStatus:
 
 
 def _check_switches(report: Report, switches: Switches | None = None) -> None:
-    """One row per bad switch value (reported whether the plugin is on or off), or one ok row."""
+    """One row per bad switch value (reported whether the plugin is on or off), or one ok row;
+    a retired fix name in ``SGLANG_AITER_EXT_DISABLE`` is noted once (not a failure)."""
     if switches is None:
         from sglang_aiter_plugin._registration import run_fixes
 
         switches = run_fixes()[0]
     for problem in switches.problems:
         report.add("switches", FAIL, problem)
+    notes = "".join(f"; {note}" for note in switches.notes)  # retired fix names, said once
+    if switches.problems and notes:
+        report.add("switches", INFO, notes[2:])
     if not switches.problems:
         state = "on" if switches.enabled else "off (SGLANG_AITER_EXT=0)"
         off = ", ".join(sorted(switches.disabled_fixes)) or "none"
         check = "on" if switches.bounds_check else "off"
         report.add("switches", OK,
-                   f"plugin {state}; disabled fixes: {off}; batch bounds check: {check}")
+                   f"plugin {state}; disabled fixes: {off}; batch bounds check: {check}{notes}")
 
 
 def render_table(report: Report) -> str:

@@ -347,3 +347,24 @@ def test_a_release_without_a_plugin_loader_is_named() -> None:
                           text=True, env=env, timeout=600)
     assert real.stderr.strip().splitlines()[-1] == LOADER_ERROR_0_5_10
     assert _failure_cause(real.stderr) == want
+
+
+@pytest.mark.parametrize("also", ["", ",bogus"])
+def test_a_retired_fix_name_is_noted_once_in_the_switches_rows_and_fails_nothing(
+        also: str) -> None:
+    from sglang_aiter_plugin._switches import read_switches
+
+    report = _doctor.Report()
+    env = {"SGLANG_AITER_EXT_DISABLE": f"capture-all-reduce{also}"}
+    _doctor._check_switches(report, read_switches(["attention-backend"], env))
+    rows = [c for c in report.checks if c.name == "switches"]
+    assert sum(c.summary.count("capture-all-reduce") for c in rows) == 1
+    noted = next(c for c in rows if "capture-all-reduce" in c.summary)
+    assert "capture-all-reduce (in SGLANG_AITER_EXT_DISABLE) is no longer a fix" in noted.summary
+    assert "nothing to disable" in noted.summary
+    if also:  # the unknown name fails, the retired one does not
+        assert [c.level for c in rows] == ["FAIL", "info"]
+    else:
+        assert [c.level for c in rows] == ["ok"]
+        assert noted.summary.startswith("plugin on; disabled fixes: none; batch bounds check: off")
+        assert report.exit_code == 0

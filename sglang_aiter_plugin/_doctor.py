@@ -42,10 +42,12 @@ PACKAGE = "sglang_aiter_plugin"
 #: ``package`` check imports each, so a copy missing one, or one that does not import, fails.
 MODULES = (
     "", "__main__", "_doctor", "_errors", "_log", "_post_import", "_rebind", "_registration",
-    "_releases", "_sglang", "_status", "_switches", "backend", "backend.capacity",
-    "backend.classes", "backend.pool", "cli", "fixes", "fixes.collectives",
+    "_releases", "_sglang", "_status", "_switches", "backend", "backend.bounds_check",
+    "backend.buffers", "backend.capacity", "backend.classes", "backend.defects",
+    "backend.graph_metadata", "backend.graph_state", "backend.page_table", "backend.pool",
+    "backend.widths", "cli", "fixes", "fixes.attention_backend", "fixes.attention_backend.choice",
+    "fixes.attention_backend.fix", "fixes.attention_backend.sites", "fixes.collectives",
     "fixes.collectives.fix", "fixes.collectives.probe", "plugin", "plugin.manager", "plugin.spec",
-    "selection", "selection.choice", "selection.fix", "selection.sites",
 )
 _T = TypeVar("_T")
 
@@ -172,7 +174,7 @@ def _check_package(report: Report) -> None:
 def _upstream_defects(report: Report) -> None:
     """Which defects of upstream ``aiter`` the installed release has (``aiter-ext`` covers them)."""
     from sglang_aiter_plugin._sglang import installed_sglang_version
-    from sglang_aiter_plugin.backend import defects_on
+    from sglang_aiter_plugin.backend.defects import defects_on
 
     version = installed_sglang_version()
     if version is not None:
@@ -408,7 +410,7 @@ def _classes_built(status: FixStatus) -> FixStatus:
     if status.name != FIX_NAME or status.state not in (FixState.APPLIED, FixState.PENDING):
         return status
     try:
-        sites = _import_quietly(f"{PACKAGE}.selection.sites")
+        sites = _import_quietly(f"{PACKAGE}.fixes.attention_backend.sites")
         for stock in sites.PLUGIN_CLASSES:
             _quiet(sites.plugin_class, stock)
     except Exception as exc:

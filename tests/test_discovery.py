@@ -41,7 +41,7 @@ def test_sglang_load_plugins_discovers_and_runs_the_plugin() -> None:
     data = result.data
     assert data["choices"] == 1
     # aiter-ext is folded into aiter; the aiter factory chooses the class, aiter-ext fails fast
-    assert data["factory"] == "sglang_aiter_plugin.selection.sites"
+    assert data["factory"] == "sglang_aiter_plugin.fixes.attention_backend.sites"
     assert data["aiter_wraps"] == "sglang.srt.layers.attention.attention_registry"
     names = [s["name"] for s in data["statuses"]]
     assert names == ["attention-backend", "capture-all-gather", "capture-reduce-scatter",

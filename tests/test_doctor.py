@@ -94,7 +94,7 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
     ("0.5.11", True), ("0.5.12.post1", True), ("0.5.12.post1+rocm", True), ("0.5.13", False),
     ("0.5.23", False)])
 def test_upstream_defects_per_release_follow_the_ledger_ranges(release: str, width: bool) -> None:
-    from sglang_aiter_plugin.backend import defects_on
+    from sglang_aiter_plugin.backend.defects import defects_on
 
     names = {d.name for d in defects_on(Version(release))}
     assert ("kv-indices-per-page" in names) == width

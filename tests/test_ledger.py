@@ -31,8 +31,8 @@ def test_every_builtin_fix_has_a_complete_ledger(name: str, module: str) -> None
 
 
 def test_the_attention_backend_ledger_lists_exactly_its_target_table() -> None:
-    from sglang_aiter_plugin.selection import fix
-    from sglang_aiter_plugin.selection.sites import TARGETS
+    from sglang_aiter_plugin.fixes.attention_backend import fix
+    from sglang_aiter_plugin.fixes.attention_backend.sites import TARGETS
 
     doc = fix.__doc__ or ""
     patches = doc[doc.index("Patches"):doc.index("Why:")]
@@ -43,7 +43,7 @@ def test_the_attention_backend_ledger_lists_exactly_its_target_table() -> None:
 @pytest.mark.usefixtures("plugins_loaded")
 def test_every_target_exists_in_the_installed_release() -> None:
     """The table names real symbols: a rename in sglang turns this red before users see it."""
-    from sglang_aiter_plugin.selection.sites import TARGETS
+    from sglang_aiter_plugin.fixes.attention_backend.sites import TARGETS
 
     missing = []
     for target in TARGETS:
@@ -64,8 +64,8 @@ def test_every_target_exists_in_the_installed_release() -> None:
 def test_the_release_specific_fold_point_exists_and_is_in_the_table() -> None:
     from sglang.srt.server_args import ServerArgs
 
-    from sglang_aiter_plugin.selection.choice import fold_point
-    from sglang_aiter_plugin.selection.sites import TARGETS
+    from sglang_aiter_plugin.fixes.attention_backend.choice import fold_point
+    from sglang_aiter_plugin.fixes.attention_backend.sites import TARGETS
 
     point = fold_point(ServerArgs)
     assert callable(getattr(ServerArgs, point))
@@ -76,7 +76,7 @@ def test_the_release_specific_fold_point_exists_and_is_in_the_table() -> None:
 
 
 def _defects() -> Any:
-    from sglang_aiter_plugin.backend import DEFECTS
+    from sglang_aiter_plugin.backend.defects import DEFECTS
 
     return DEFECTS
 

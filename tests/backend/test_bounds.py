@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from sglang_aiter_plugin._switches import SwitchValueError
-from sglang_aiter_plugin.backend.classes import (
-    METADATA_METHODS,
+from sglang_aiter_plugin.backend.bounds_check import (
     BatchTooLargeError,
     install_bounds_check,
     is_checked,
 )
+from sglang_aiter_plugin.backend.graph_metadata import METADATA_METHODS
 from testkit.subproc import run_python
 
 
@@ -130,7 +130,7 @@ from testkit.sglang_setup import SCENARIOS, POOL, configure, write_model_dir
 from testkit.decode_batch import DecodeBatch, draft_batch, draft_metadata
 from testkit.doubles import aiter_backend_imports
 from sglang.srt.layers.attention import aiter_backend
-from sglang_aiter_plugin.backend.classes import METADATA_METHODS
+from sglang_aiter_plugin.backend.graph_metadata import METADATA_METHODS
 aiter_backend_imports.install(aiter_backend)
 model_dir = write_model_dir(pathlib.Path(tempfile.mkdtemp()) / "m")
 

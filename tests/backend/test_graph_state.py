@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from sglang_aiter_plugin.backend.classes import discover, workspace_bytes_per_row
+from sglang_aiter_plugin.backend.buffers import discover, workspace_bytes_per_row
 from sglang_aiter_plugin.backend.pool import PoolFrozenError
 from testkit.sglang_setup import POOL, Setup
 
@@ -191,7 +191,8 @@ def test_a_kv_indices_layout_the_plugin_does_not_know_stops_graph_set_up_by_name
 ) -> None:
     from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
 
-    from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend, UnknownGraphLayoutError
+    from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend
+    from sglang_aiter_plugin.backend.widths import UnknownGraphLayoutError
 
     upstream = AiterAttnBackend.init_cuda_graph_state
 

@@ -42,7 +42,7 @@ def _graph_outcome(kind: str, setup: Any, path: str) -> str:
     """Capture-time then replay-time metadata at the largest captured batch."""
     import torch
 
-    from sglang_aiter_plugin.backend.classes import workspace_bytes_per_row
+    from sglang_aiter_plugin.backend.buffers import workspace_bytes_per_row
     from testkit.batch_paths import build_backend, graph_max
     from testkit.decode_batch import DecodeBatch
 

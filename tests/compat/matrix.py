@@ -39,7 +39,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "CLI": ("tests/test_launch.py", "tests/test_doctor.py", "tests/test_switches.py",
             "tests/test_sglang.py", "tests/test_releases.py", "tests/test_docs.py",
             "tests/test_errors.py"),
-    "attention backend": ("tests/selection/", "tests/test_rebind.py",
+    "attention backend": ("tests/fixes/attention_backend/", "tests/test_rebind.py",
                           "tests/test_ledger.py"),
     "buffer pool": ("tests/backend/",),
     "collectives": ("tests/fixes/collectives/",),

@@ -26,7 +26,7 @@ How:
 Upstream PR:
     None: sglang has no notion of a backend that "is" another backend under a second name.
 Remove when:
-    Never; this is the plugin's reason to exist. The canaries in ``tests/selection``
+    Never; this is the plugin's reason to exist. The canaries in ``tests/fixes/attention_backend``
     fail when a release adds an ``"aiter"`` decision or a construction site the fix misses.
 """
 
@@ -40,14 +40,19 @@ from types import ModuleType
 
 from sglang_aiter_plugin._post_import import cancel, when_imported
 from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin.plugin import hookimpl
-from sglang_aiter_plugin.plugin.spec import FixContext
-from sglang_aiter_plugin.selection.choice import EXT_NAME, SELECTED_ENV, install_fold, on_record
-from sglang_aiter_plugin.selection.sites import (
+from sglang_aiter_plugin.fixes.attention_backend.choice import (
+    EXT_NAME,
+    SELECTED_ENV,
+    install_fold,
+    on_record,
+)
+from sglang_aiter_plugin.fixes.attention_backend.sites import (
     REGISTRY_MODULE,
     SERVER_ARGS_MODULE,
     install_construction_sites,
 )
+from sglang_aiter_plugin.plugin import hookimpl
+from sglang_aiter_plugin.plugin.spec import FixContext
 
 __all__ = ["DONE", "NAME", "Steps", "aiter_ext_apply_fix"]
 

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from sglang_aiter_plugin import backend
 from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._rebind import rebound
-from sglang_aiter_plugin.selection.choice import EXT_NAME, STOCK_NAME, is_selected
+from sglang_aiter_plugin.fixes.attention_backend.choice import EXT_NAME, STOCK_NAME, is_selected
 
 __all__ = ["AITER_MODULE", "DRAFT_UTILS_MODULE", "PLUGIN_CLASSES", "REGISTRY_MODULE",
            "SERVER_ARGS_MODULE", "TARGETS", "Target", "UnfoldedSelectionError",

@@ -41,13 +41,14 @@ PACKAGE = "sglang_aiter_plugin"
 #: Every module the package ships (``tests/test_doctor.py`` holds it to the source tree): the
 #: ``package`` check imports each, so a copy missing one, or one that does not import, fails.
 MODULES = (
-    "", "__main__", "_doctor", "_errors", "_log", "_post_import", "_rebind", "_registration",
-    "_releases", "_sglang", "_status", "_switches", "backend", "backend.bounds_check",
-    "backend.buffers", "backend.capacity", "backend.classes", "backend.defects",
-    "backend.graph_metadata", "backend.graph_state", "backend.page_table", "backend.pool",
-    "backend.widths", "cli", "fixes", "fixes.attention_backend", "fixes.attention_backend.choice",
-    "fixes.attention_backend.fix", "fixes.attention_backend.sites", "fixes.collectives",
-    "fixes.collectives.fix", "fixes.collectives.probe", "plugin", "plugin.manager", "plugin.spec",
+    "", "__main__", "_doctor", "_errors", "_log", "_patch", "_post_import", "_rebind",
+    "_registration", "_releases", "_sglang", "_status", "_switches", "backend",
+    "backend.bounds_check", "backend.buffers", "backend.capacity", "backend.classes",
+    "backend.defects", "backend.graph_metadata", "backend.graph_state", "backend.page_table",
+    "backend.pool", "backend.widths", "cli", "fixes", "fixes.attention_backend",
+    "fixes.attention_backend.choice", "fixes.attention_backend.fix",
+    "fixes.attention_backend.sites", "fixes.collectives", "fixes.collectives.fix",
+    "fixes.collectives.probe", "plugin", "plugin.manager", "plugin.spec",
 )
 _T = TypeVar("_T")
 

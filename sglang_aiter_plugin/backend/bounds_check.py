@@ -7,11 +7,12 @@ import functools
 from typing import Any
 
 from sglang_aiter_plugin._errors import AiterExtError
+from sglang_aiter_plugin._patch import patched
 from sglang_aiter_plugin.backend.graph_metadata import METADATA_METHODS, wrap_metadata_methods
 
-__all__ = ["BatchTooLargeError", "install_bounds_check", "is_checked"]
+__all__ = ["PATCH", "BatchTooLargeError", "install_bounds_check", "is_checked"]
 
-_CHECKED = "__aiter_ext_bounds_checked__"
+PATCH = "bounds-check"
 
 
 class BatchTooLargeError(AiterExtError, ValueError):
@@ -21,14 +22,14 @@ class BatchTooLargeError(AiterExtError, ValueError):
 
 def is_checked(method: Any) -> bool:
     """Whether ``method`` is a wrapper made by :func:`install_bounds_check`."""
-    return bool(getattr(method, _CHECKED, False))
+    return patched(method, PATCH)
 
 
 def install_bounds_check(backend: Any, capacity: int, extra_per_row: int = 0) -> list[str]:
     """Before upstream's graph metadata runs, raise :class:`BatchTooLargeError` for more rows than
     ``capacity`` or more entries (``seq_lens_sum`` x ``topk`` + ``extra_per_row`` a row) than a
     row of ``cuda_graph_kv_indices`` holds; returns the names checked; idempotent."""
-    wrap_metadata_methods(backend, _CHECKED, "SGLANG_AITER_EXT_BOUNDS_CHECK=1 cannot check it. "
+    wrap_metadata_methods(backend, PATCH, "SGLANG_AITER_EXT_BOUNDS_CHECK=1 cannot check it. "
                           "Unset the variable (or report the sglang release to "
                           "sglang-aiter-plugin).",
                           before=functools.partial(_check, backend, capacity, extra_per_row))

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+from sglang_aiter_plugin._patch import wrap_once
+
 __all__ = ["METADATA_METHODS", "wrap_metadata_methods"]
 
 #: Entry points that write a captured batch's metadata (0.5.11-0.5.17: capture/replay;
@@ -24,22 +26,23 @@ METADATA_METHODS = (
 )
 
 
-def wrap_metadata_methods(backend: Any, marker: str, why: str, *,
+def wrap_metadata_methods(backend: Any, patch: str, why: str, *,
                           before: Callable[[str, Any], None] | None = None,
                           after: Callable[[Any], None] | None = None) -> None:
-    """Wrap each graph metadata method of this instance once per ``marker`` with ``before(name,
-    batch)`` and ``after(batch)`` around upstream's method."""
+    """Wrap each graph metadata method of this instance once as ``patch``
+    (:func:`~sglang_aiter_plugin._patch.wrap_once`) with ``before(name, batch)`` and
+    ``after(batch)`` around upstream's method."""
     for name in METADATA_METHODS:
-        method = getattr(backend, name, None)
-        if method is not None and not getattr(method, marker, False):
-            setattr(backend, name, _around(method, name, marker, why, before, after))
+        if getattr(backend, name, None) is not None:
+            wrap_once(backend, name, patch,
+                      functools.partial(_around, name=name, why=why, before=before, after=after))
 
 
 _BATCH_FIELDS = ("req_pool_indices", "seq_lens", "seq_lens_sum", "seq_lens_cpu", "forward_mode",
                  "spec_info")
 
 
-def _around(method: Callable[..., Any], name: str, marker: str, why: str,
+def _around(method: Callable[..., Any], *, name: str, why: str,
             before: Callable[[str, Any], None] | None,
             after: Callable[[Any], None] | None) -> Callable[..., Any]:
     """``method`` with the hooks around it, each given the batch the call describes (read from
@@ -65,5 +68,4 @@ def _around(method: Callable[..., Any], name: str, marker: str, why: str,
             after(batch)
         return result
 
-    setattr(around, marker, True)
     return around

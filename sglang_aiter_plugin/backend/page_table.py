@@ -7,9 +7,9 @@ from typing import Any
 
 from sglang_aiter_plugin.backend.graph_metadata import wrap_metadata_methods
 
-__all__ = ["install_page_table_fill"]
+__all__ = ["PATCH", "install_page_table_fill"]
 
-_FILLS_PAGE_TABLE = "__aiter_ext_fills_page_table__"
+PATCH = "unified-page-table"
 
 
 def install_page_table_fill(backend: Any) -> None:
@@ -28,6 +28,6 @@ def install_page_table_fill(backend: Any) -> None:
             table = backend.cuda_graph_kv_indices.view(-1, int(backend.max_context_len))
         table[:bs, :width].copy_(rows)
 
-    wrap_metadata_methods(backend, _FILLS_PAGE_TABLE, "aiter-ext cannot fill the unified page "
+    wrap_metadata_methods(backend, PATCH, "aiter-ext cannot fill the unified page "
                           "table its graphs read. Use --attention-backend aiter with --page-size "
                           "> 1 (or report the sglang release to sglang-aiter-plugin).", after=fill)

@@ -44,7 +44,6 @@ from sglang_aiter_plugin.fixes.attention_backend.choice import (
     EXT_NAME,
     SELECTED_ENV,
     install_fold,
-    on_record,
 )
 from sglang_aiter_plugin.fixes.attention_backend.sites import (
     REGISTRY_MODULE,
@@ -79,14 +78,14 @@ class Steps:
         self._failed: str | None = None
         self._sites_wanted = False
         self._last: FixStatus | None = None
-        self._run_fold = functools.partial(self._run, SERVER_ARGS_MODULE, install_fold)
+        self._run_fold = functools.partial(self._run, SERVER_ARGS_MODULE,
+                                           functools.partial(install_fold, then=self._want_sites))
         self._run_sites = functools.partial(self._run, REGISTRY_MODULE, install_construction_sites)
 
     def start(self) -> FixStatus:
         """Install what can be installed now, defer the rest; the status to return now."""
         when_imported(SERVER_ARGS_MODULE, self._run_fold)
         self._want_sites(True)
-        on_record(self._want_sites)
         with self._lock:
             self._last = self.status()
             return self._last

@@ -17,10 +17,11 @@ from typing import Any, NamedTuple
 
 from sglang_aiter_plugin import backend
 from sglang_aiter_plugin._errors import AiterExtError
+from sglang_aiter_plugin._patch import wrap_once
 from sglang_aiter_plugin._rebind import rebound
 from sglang_aiter_plugin.fixes.attention_backend.choice import EXT_NAME, STOCK_NAME, is_selected
 
-__all__ = ["AITER_MODULE", "DRAFT_UTILS_MODULE", "PLUGIN_CLASSES", "REGISTRY_MODULE",
+__all__ = ["AITER_MODULE", "DRAFT_UTILS_MODULE", "PATCH", "PLUGIN_CLASSES", "REGISTRY_MODULE",
            "SERVER_ARGS_MODULE", "TARGETS", "Target", "UnfoldedSelectionError",
            "install_construction_sites", "plugin_class"]
 
@@ -69,7 +70,7 @@ TARGETS: tuple[Target, ...] = (
            builds="AiterAttnBackend"),
 )
 
-_WRAPPED_FLAG = "__sglang_aiter_plugin_factory__"
+PATCH = "construction-site"
 
 
 class UnfoldedSelectionError(AiterExtError, RuntimeError):
@@ -78,7 +79,6 @@ class UnfoldedSelectionError(AiterExtError, RuntimeError):
 
 def _selecting(original: Callable[..., Any], builds: str,
                record_of: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not is_selected(record_of(*args)):
             return original(*args, **kwargs)
@@ -86,7 +86,6 @@ def _selecting(original: Callable[..., Any], builds: str,
         return rebound(original, {builds: plugin_class(builds)}, module=AITER_MODULE)(
             *args, **kwargs)
 
-    setattr(wrapper, _WRAPPED_FLAG, True)
     return wrapper
 
 
@@ -127,13 +126,11 @@ def install_construction_sites(registry: ModuleType) -> None:
         if target.builds is None or target.module == AITER_MODULE:
             continue  # AiterMultiStepDraftBackend.__init__: the plugin's draft class runs a copy
         if target.module == REGISTRY_MODULE:
-            if not getattr(backends[STOCK_NAME], _WRAPPED_FLAG, False):
-                backends[STOCK_NAME] = _selecting(backends[STOCK_NAME], target.builds,
-                                                  _runner_record)
+            wrap_once(backends, STOCK_NAME, PATCH, functools.partial(
+                _selecting, builds=target.builds, record_of=_runner_record), item=True)
             continue
         method = target.qualname.split(".")[1]
-        if not getattr(getattr(factory, method), _WRAPPED_FLAG, False):
-            setattr(factory, method, _selecting(getattr(factory, method), target.builds,
-                                                _draft_record))
+        wrap_once(factory, method, PATCH, functools.partial(
+            _selecting, builds=target.builds, record_of=_draft_record))
     if backends.get(EXT_NAME) is not unfolded_backend:
         registry.register_attention_backend(EXT_NAME)(unfolded_backend)

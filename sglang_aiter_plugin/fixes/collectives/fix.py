@@ -16,13 +16,13 @@ import importlib
 import logging
 import os
 import sys
-import threading
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from packaging.version import Version
 
+from sglang_aiter_plugin._patch import patched, wrap_once
 from sglang_aiter_plugin._post_import import when_imported
 from sglang_aiter_plugin._rebind import Overlay
 from sglang_aiter_plugin._status import FixState, FixStatus
@@ -40,14 +40,12 @@ from sglang_aiter_plugin.fixes.collectives.probe import (
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
-__all__ = ["MARK", "PARALLEL_STATE", "Collective", "Decision", "Method", "Plan",
+__all__ = ["PARALLEL_STATE", "Collective", "Decision", "Method", "Plan",
            "all_gather_unregistered",
            "communicator_view", "fused_unregistered", "install",
            "is_installed", "plan_for", "reduce_scatter_unregistered"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
-MARK = "__sglang_aiter_plugin_collective__"
-"""Attribute set on every wrapper :func:`install` puts on a class (its value: the fix's name)."""
 logger = logging.getLogger("sglang_aiter_plugin")
 
 
@@ -131,31 +129,16 @@ def fused_unregistered(method: str, *names: str) -> Callable[..., Any]:
     return unregistered
 
 
-_lock = threading.Lock()
-
-
 def is_installed(cls: type, name: str) -> bool:
     """Whether a wrapper :func:`install` made is anywhere on ``cls.name``."""
-    fn = vars(cls).get(name)
-    while fn is not None and not hasattr(fn, MARK):
-        fn = getattr(fn, "__wrapped__", None)
-    return fn is not None
+    return patched(vars(cls).get(name))
 
 
 def install(cls: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
             fix: str) -> bool:
-    """Put ``wrap(current)`` (with ``__wrapped__``) on ``cls.name``; ``True`` if installed now,
-    ``False`` if already; ``TypeError`` if ``cls.name`` is not a plain function."""
-    with _lock:
-        current = vars(cls)[name]
-        if is_installed(cls, name):
-            return False
-        if not isinstance(current, types.FunctionType):
-            raise TypeError(f"{cls.__name__}.{name} is {type(current).__name__}, not a function")
-        wrapper = functools.update_wrapper(wrap(current), current)
-        setattr(wrapper, MARK, fix)
-        setattr(cls, name, wrapper)
-        return True
+    """Put ``wrap(current)`` (with ``__wrapped__``) on ``cls.name``, marked as ``fix``; ``True`` if
+    installed now, ``False`` if already; ``TypeError`` if ``cls.name`` is not a plain function."""
+    return wrap_once(cls, name, fix, wrap, functions_only=True)
 
 
 def where(version: Version | None) -> str:

@@ -94,12 +94,13 @@ def test_the_fold_sits_at_the_first_resolution_step(
 ) -> None:
     from sglang.srt.server_args import ServerArgs
 
-    from sglang_aiter_plugin.fixes.attention_backend.choice import fold_point
+    from sglang_aiter_plugin._patch import patched
+    from sglang_aiter_plugin.fixes.attention_backend.choice import PATCH, fold_point
 
     resolve_once = Version(str(sglang_version)) >= Version("0.5.19")
     expected = "resolve_once" if resolve_once else "__post_init__"
     assert fold_point(ServerArgs) == expected
-    assert getattr(getattr(ServerArgs, expected), "__sglang_aiter_plugin_fold__", False)
+    assert patched(getattr(ServerArgs, expected), PATCH)
 
 
 def _calls_load_plugins(path: Path, function: str) -> bool | None:

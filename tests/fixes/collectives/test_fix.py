@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from sglang_aiter_plugin._patch import MARK
 from sglang_aiter_plugin._rebind import Overlay
 from sglang_aiter_plugin.fixes.collectives import (
     ALL_GATHER,
@@ -16,7 +17,6 @@ from sglang_aiter_plugin.fixes.collectives import (
     fix,
 )
 from sglang_aiter_plugin.fixes.collectives.fix import (
-    MARK,
     Collective,
     Plan,
     communicator_view,

@@ -282,7 +282,8 @@ _DISCOVERY_PROBE = textwrap.dedent("""
 def _failure_cause(stderr: str) -> str:
     """The loader's real failure, from the last exception line of the fresh interpreter."""
     from sglang_aiter_plugin._errors import shorten
-    from sglang_aiter_plugin._sglang import OLDEST_SUPPORTED, SUPPORTED_RANGE
+    from sglang_aiter_plugin._releases import OLDEST_SUPPORTED
+    from sglang_aiter_plugin._sglang import SUPPORTED_RANGE
 
     lines = [ln for ln in stderr.strip().splitlines() if re.match(r"^[A-Za-z_][\w.]*: ", ln)]
     last = lines[-1] if lines else (stderr.strip().splitlines() or ["no output"])[-1]

@@ -16,13 +16,14 @@ from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES
 from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
 import sglang_aiter_plugin
 from sglang_aiter_plugin._registration import last_statuses
+from testkit.plugin_state import status_dict
 print("RESULT " + json.dumps({
     "choices": ATTENTION_BACKEND_CHOICES.count("aiter-ext"),
     "factory": getattr(ATTENTION_BACKENDS.get("aiter-ext"), "__module__", None),
     "aiter_wraps": getattr(
         getattr(ATTENTION_BACKENDS["aiter"], "__wrapped__", None), "__module__", None
     ),
-    "statuses": [s.as_dict() for s in (last_statuses() or [])],
+    "statuses": [status_dict(s) for s in (last_statuses() or [])],
     "package": sglang_aiter_plugin.__file__,
 }))
 """

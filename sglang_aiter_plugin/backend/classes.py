@@ -60,7 +60,7 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
 
     def _after_upstream(self, max_bs: int, max_num_tokens: int, lent: bool) -> None:
         """Widen ``cuda_graph_kv_indices`` (unless lent) and ``cuda_graph_custom_mask``; fill the
-        unified page table at page size 1 (the defects named in ``_fixed``)."""
+        unified page table at page size 1 (the defects named in ``_found``)."""
         context, page = int(self.max_context_len), int(self.page_size)
         blocks, drafts = -(-context // page), self._extra_per_row()
         # one entry per token of every page, plus the draft tokens MLA target-verify adds per row
@@ -69,21 +69,24 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
         if not lent and widen(self, "cuda_graph_kv_indices", need, known={
                 max_bs * blocks: "one per page, 0.5.11-0.5.12.post1"}, multiple_of=blocks):
             # whole pages per row: 0.5.11-0.5.12.post1 also view it as the unified page table
-            self._fixed("kv-indices-per-page", page > 1)
-            self._fixed("verify-draft-slack", need > max_bs * blocks * page)
+            if page > 1:
+                self._found("kv-indices-per-page")
+            if need > max_bs * blocks * page:
+                self._found("verify-draft-slack")
         mask = getattr(self, "cuda_graph_custom_mask", None)
         if mask is not None and drafts and widen(
                 self, "cuda_graph_custom_mask", max_num_tokens * (context + drafts),
                 known={max_num_tokens * context: "max_num_tokens x context, 0.5.11-"}):
-            self._fixed("verify-custom-mask", True)
+            self._found("verify-custom-mask")
         if (not lent and page == 1
                 and getattr(self, "decode_uses_page_table", self.use_triton_unified_attention)
                 and not self.use_sliding_window_kv_pool and not self.use_mla):
             install_page_table_fill(self)
-            self._fixed("unified-page-table", True)
+            self._found("unified-page-table")
 
-    def _fixed(self, defect: str, really: bool) -> None:
-        if really and defect not in self.fixed_defects:
+    def _found(self, defect: str) -> None:
+        """Graph set-up found ``defect`` (a name in ``backend.defects``) here and fixed it."""
+        if defect not in self.fixed_defects:
             self.fixed_defects += (defect,)
 
 

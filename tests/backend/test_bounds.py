@@ -21,6 +21,7 @@ from sglang_aiter_plugin.backend.bounds_check import (
     is_checked,
 )
 from sglang_aiter_plugin.backend.graph_metadata import METADATA_METHODS
+from testkit.plugin_state import pool_frozen
 from testkit.subproc import run_python
 
 
@@ -266,4 +267,4 @@ def test_a_bad_switch_value_fails_before_the_pool_grows(
     with pytest.raises(SwitchValueError, match="SGLANG_AITER_EXT_BOUNDS_CHECK='sometimes'"):
         backend.init_cuda_graph_state(sglang_setup.max_bs, 1)
     assert backend.buffer_pool.capacity == capacity
-    assert not backend.buffer_pool.frozen
+    assert not pool_frozen(backend.buffer_pool)

@@ -138,7 +138,7 @@ def test_load_reads_a_module_or_an_object_in_it() -> None:
     from sglang_aiter_plugin.fixes.attention_backend import fix
 
     assert load("sglang_aiter_plugin.fixes.attention_backend.fix") is fix
-    assert load("sglang_aiter_plugin.fixes.attention_backend.fix:NAME") == "attention-backend"
+    assert load("sglang_aiter_plugin.fixes.attention_backend.fix:FIX_NAME") == "attention-backend"
 
 
 def test_a_later_report_is_always_filed_under_the_fixs_own_name() -> None:

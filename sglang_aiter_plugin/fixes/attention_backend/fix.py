@@ -16,8 +16,8 @@ Why:
     in 0.5.23: memory fraction, model validation, DCP, the draft factories, the backend stamp
     model code reads back...). A new name silently misses every one of them, or is rejected.
 How:
-    Two steps (:class:`Steps`), each when sglang imports the module it changes (at once if it
-    already has); while a wanted step waits, the fix reports ``pending`` and names it:
+    Two steps (:class:`AttentionBackendFix`), each when sglang imports the module it changes (at
+    once if it already has); while a wanted step waits, the fix reports ``pending`` and names it:
     1. on ``sglang.srt.server_args``: add ``aiter-ext`` to the CLI choices list in place (from
        0.5.20 rebinding the name has no effect) and fold ``aiter-ext`` into ``aiter`` at the
        entry of resolution, recording the choice (:mod:`.choice`);
@@ -53,15 +53,15 @@ from sglang_aiter_plugin.fixes.attention_backend.sites import (
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
-__all__ = ["DONE", "NAME", "Steps", "aiter_ext_apply_fix"]
+__all__ = ["DONE", "FIX_NAME", "AttentionBackendFix", "aiter_ext_apply_fix"]
 
-NAME = "attention-backend"
+FIX_NAME = "attention-backend"
 DONE = f"`--attention-backend {EXT_NAME}` resolves as 'aiter' and builds the plugin's classes"
 WHAT = {SERVER_ARGS_MODULE: "the CLI choice and the fold",
         REGISTRY_MODULE: "the backend registry entry and the EAGLE/MTP draft factories"}
 
 
-class Steps:
+class AttentionBackendFix:
     """Runs the two steps as sglang imports their modules and keeps the fix's status.
 
     Step 2 is armed at start, disarmed by a resolution without ``aiter-ext`` (so the import hook
@@ -93,16 +93,16 @@ class Steps:
     def status(self) -> FixStatus:
         with self._lock:
             if self._failed is not None:
-                return FixStatus(NAME, FixState.FAILED, self._failed)
+                return FixStatus(FIX_NAME, FixState.FAILED, self._failed)
             waiting = [m for m in (SERVER_ARGS_MODULE, REGISTRY_MODULE) if m not in self._done
                        and (m == SERVER_ARGS_MODULE or self._sites_wanted)]
             if waiting:
                 text = "; ".join(f"{WHAT[m]} when sglang imports {m}" for m in waiting)
-                return FixStatus(NAME, FixState.PENDING, f"{DONE} once installed: {text}",
+                return FixStatus(FIX_NAME, FixState.PENDING, f"{DONE} once installed: {text}",
                                  waiting_for=tuple(waiting))
             if REGISTRY_MODULE in self._done:
-                return FixStatus(NAME, FixState.APPLIED, DONE)
-            return FixStatus(NAME, FixState.APPLIED, f"{DONE}; sglang's aiter construction "
+                return FixStatus(FIX_NAME, FixState.APPLIED, DONE)
+            return FixStatus(FIX_NAME, FixState.APPLIED, f"{DONE}; sglang's aiter construction "
                              f"sites are wrapped once a launch in this process chooses {EXT_NAME}")
 
     def _want_sites(self, wanted: bool) -> None:
@@ -146,5 +146,5 @@ class Steps:
 @hookimpl
 def aiter_ext_apply_fix(context: FixContext) -> FixStatus:
     if context.sglang_version is None:
-        return FixStatus(NAME, FixState.SKIPPED, "sglang is not installed")
-    return Steps(context.report).start()
+        return FixStatus(FIX_NAME, FixState.SKIPPED, "sglang is not installed")
+    return AttentionBackendFix(context.report).start()

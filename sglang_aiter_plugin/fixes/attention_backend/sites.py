@@ -21,14 +21,14 @@ from sglang_aiter_plugin._patch import wrap_once
 from sglang_aiter_plugin._rebind import rebound
 from sglang_aiter_plugin.fixes.attention_backend.choice import EXT_NAME, STOCK_NAME, is_selected
 
-__all__ = ["AITER_MODULE", "DRAFT_UTILS_MODULE", "PATCH", "PLUGIN_CLASSES", "REGISTRY_MODULE",
-           "SERVER_ARGS_MODULE", "TARGETS", "Target", "UnfoldedSelectionError",
+__all__ = ["AITER_BACKEND_MODULE", "DRAFT_UTILS_MODULE", "PATCH", "PLUGIN_CLASSES",
+           "REGISTRY_MODULE", "SERVER_ARGS_MODULE", "TARGETS", "Target", "UnfoldedSelectionError",
            "install_construction_sites", "plugin_class"]
 
 SERVER_ARGS_MODULE = "sglang.srt.server_args"
 REGISTRY_MODULE = "sglang.srt.layers.attention.attention_registry"
 DRAFT_UTILS_MODULE = "sglang.srt.speculative.draft_utils"
-AITER_MODULE = "sglang.srt.layers.attention.aiter_backend"
+AITER_BACKEND_MODULE = "sglang.srt.layers.attention.aiter_backend"
 
 #: sglang's class a construction site imports -> the plugin's class it builds instead.
 PLUGIN_CLASSES = {"AiterAttnBackend": "AiterExtAttnBackend",
@@ -36,12 +36,11 @@ PLUGIN_CLASSES = {"AiterAttnBackend": "AiterExtAttnBackend",
 
 
 class Target(NamedTuple):
-    """One sglang symbol and what the fix does to it; ``builds``: the sglang aiter class this
-    function constructs (construction sites only)."""
+    """One sglang symbol the fix touches (what it does there: the fix's ledger, ``Patches``);
+    ``builds``: the sglang aiter class this function constructs (construction sites only)."""
 
     module: str
     qualname: str
-    change: str
     builds: str | None = None
 
     def __str__(self) -> str:
@@ -49,25 +48,16 @@ class Target(NamedTuple):
 
 
 TARGETS: tuple[Target, ...] = (
-    Target(SERVER_ARGS_MODULE, "ATTENTION_BACKEND_CHOICES",
-           "'aiter-ext' appended to the shared list, in place"),
-    Target(SERVER_ARGS_MODULE, "ServerArgs.resolve_once",
-           "wrapped (0.5.19+): fold 'aiter-ext' to 'aiter' before resolution"),
-    Target(SERVER_ARGS_MODULE, "ServerArgs.__post_init__",
-           "wrapped (0.5.11-0.5.18): fold 'aiter-ext' to 'aiter' before resolution"),
-    Target(REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter']",
-           "wrapped: runs sglang's create_aiter_backend building the plugin's class when chosen",
-           builds="AiterAttnBackend"),
-    Target(REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter-ext']",
-           "added: fails fast when a launch path skipped the fold"),
+    Target(SERVER_ARGS_MODULE, "ATTENTION_BACKEND_CHOICES"),
+    Target(SERVER_ARGS_MODULE, "ServerArgs.resolve_once"),
+    Target(SERVER_ARGS_MODULE, "ServerArgs.__post_init__"),
+    Target(REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter']", builds="AiterAttnBackend"),
+    Target(REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter-ext']"),
     Target(DRAFT_UTILS_MODULE, "DraftBackendFactory._create_aiter_prefill_backend",
-           "wrapped: builds the plugin's class when chosen", builds="AiterAttnBackend"),
-    Target(DRAFT_UTILS_MODULE, "DraftBackendFactory._create_aiter_decode_backend",
-           "wrapped: builds the plugin's class when chosen",
-           builds="AiterMultiStepDraftBackend"),
-    Target(AITER_MODULE, "AiterMultiStepDraftBackend.__init__",
-           "not modified: the plugin's draft class runs a copy building its own children",
            builds="AiterAttnBackend"),
+    Target(DRAFT_UTILS_MODULE, "DraftBackendFactory._create_aiter_decode_backend",
+           builds="AiterMultiStepDraftBackend"),
+    Target(AITER_BACKEND_MODULE, "AiterMultiStepDraftBackend.__init__", builds="AiterAttnBackend"),
 )
 
 PATCH = "construction-site"
@@ -83,7 +73,7 @@ def _selecting(original: Callable[..., Any], builds: str,
         if not is_selected(record_of(*args)):
             return original(*args, **kwargs)
         backend.require_aiter()  # first: without ROCm the message names ROCm and aiter
-        return rebound(original, {builds: plugin_class(builds)}, module=AITER_MODULE)(
+        return rebound(original, {builds: plugin_class(builds)}, module=AITER_BACKEND_MODULE)(
             *args, **kwargs)
 
     return wrapper
@@ -123,7 +113,7 @@ def install_construction_sites(registry: ModuleType) -> None:
     backends: dict[str, Any] = registry.ATTENTION_BACKENDS
     factory = importlib.import_module(DRAFT_UTILS_MODULE).DraftBackendFactory
     for target in TARGETS:
-        if target.builds is None or target.module == AITER_MODULE:
+        if target.builds is None or target.module == AITER_BACKEND_MODULE:
             continue  # AiterMultiStepDraftBackend.__init__: the plugin's draft class runs a copy
         if target.module == REGISTRY_MODULE:
             wrap_once(backends, STOCK_NAME, PATCH, functools.partial(

@@ -28,8 +28,6 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
     """sglang's AITER backend whose per-batch buffers grow, together, to the captured batch."""
 
     cuda_graph_kv_indices: torch.Tensor
-    fixed_defects: tuple[str, ...] = ()
-    """Names in the backend's ``DEFECTS`` that graph set-up found and fixed on this instance."""
 
     def __init__(
         self,
@@ -60,34 +58,24 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
 
     def _after_upstream(self, max_bs: int, max_num_tokens: int, lent: bool) -> None:
         """Widen ``cuda_graph_kv_indices`` (unless lent) and ``cuda_graph_custom_mask``; fill the
-        unified page table at page size 1 (the defects named in ``_found``)."""
+        unified page table at page size 1 (each step names its defect in ``backend.defects``)."""
         context, page = int(self.max_context_len), int(self.page_size)
         blocks, drafts = -(-context // page), self._extra_per_row()
         # one entry per token of every page, plus the draft tokens MLA target-verify adds per row
         # (the layout sglang allocates from 0.5.13, sglang#24587)
         need = max_bs * (blocks * page + drafts)
-        if not lent and widen(self, "cuda_graph_kv_indices", need, known={
-                max_bs * blocks: "one per page, 0.5.11-0.5.12.post1"}, multiple_of=blocks):
+        if not lent:  # kv-indices-per-page (page > 1) and verify-draft-slack (draft tokens)
             # whole pages per row: 0.5.11-0.5.12.post1 also view it as the unified page table
-            if page > 1:
-                self._found("kv-indices-per-page")
-            if need > max_bs * blocks * page:
-                self._found("verify-draft-slack")
-        mask = getattr(self, "cuda_graph_custom_mask", None)
-        if mask is not None and drafts and widen(
-                self, "cuda_graph_custom_mask", max_num_tokens * (context + drafts),
-                known={max_num_tokens * context: "max_num_tokens x context, 0.5.11-"}):
-            self._found("verify-custom-mask")
+            widen(self, "cuda_graph_kv_indices", need, known={
+                max_bs * blocks: "one per page, 0.5.11-0.5.12.post1"}, multiple_of=blocks)
+        if getattr(self, "cuda_graph_custom_mask", None) is not None and drafts:
+            # verify-custom-mask: room for the draft tokens in every row
+            widen(self, "cuda_graph_custom_mask", max_num_tokens * (context + drafts),
+                  known={max_num_tokens * context: "max_num_tokens x context, 0.5.11-"})
         if (not lent and page == 1
                 and getattr(self, "decode_uses_page_table", self.use_triton_unified_attention)
                 and not self.use_sliding_window_kv_pool and not self.use_mla):
-            install_page_table_fill(self)
-            self._found("unified-page-table")
-
-    def _found(self, defect: str) -> None:
-        """Graph set-up found ``defect`` (a name in ``backend.defects``) here and fixed it."""
-        if defect not in self.fixed_defects:
-            self.fixed_defects += (defect,)
+            install_page_table_fill(self)  # unified-page-table
 
 
 class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend):  # type: ignore[misc]
@@ -95,7 +83,6 @@ class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend
     ``i`` lent to child ``i``) pooled: growth re-points the wrapper and every child's row."""
 
     cuda_graph_kv_indices: torch.Tensor
-    fixed_defects: tuple[str, ...] = ()
 
     def __init__(self, model_runner: Any, topk: int, speculative_num_steps: int) -> None:
         # Upstream builds its per-step children through the module-global name AiterAttnBackend.
@@ -130,6 +117,5 @@ class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend
                 max_bs * topk * context: "max_bs x topk x context, 0.5.13-",
                 max_num_tokens * context: "max_num_tokens x context, 0.5.11-0.5.12.post1"},
                 multiple_of=blocks, leading=(steps,)):
-            for step, child in enumerate(self.attn_backends):
+            for step, child in enumerate(self.attn_backends):  # draft-kv-indices-steps
                 child.cuda_graph_kv_indices = self.cuda_graph_kv_indices[step]
-            self.fixed_defects = ("draft-kv-indices-steps",)

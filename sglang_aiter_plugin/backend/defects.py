@@ -1,5 +1,5 @@
 """The ledger of upstream ``aiter`` backend defects that ``aiter-ext`` covers (:data:`DEFECTS`),
-per release; an instance's ``fixed_defects`` names those its graph set-up found and fixed."""
+per release; ``classes`` names, beside each step of graph set-up, the defect it fixes."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class UpstreamDefect(NamedTuple):
         return Version(first) <= public and (not last or public <= Version(last))
 
 
-#: The backend's ledger; an instance's ``fixed_defects`` names the ones its set-up fixed.
+#: The backend's ledger (``tests/test_ledger.py`` checks each fix acts exactly where it says).
 DEFECTS: tuple[UpstreamDefect, ...] = (
     UpstreamDefect(
         "rows", "kv_last_page_len, workspace_buffer and qo_indptr_unified_decode stay sized for "

@@ -27,15 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._format import run_facts
+from testkit.collective_facts import METHOD_FIXES as METHODS  # method -> fix
 
 ROOT = Path(__file__).resolve().parents[1]
 
-METHODS = {
-    "_all_gather_into_tensor": "capture-all-gather",
-    "_maybe_aiter_reduce_scatter": "capture-reduce-scatter",
-    "fused_allreduce_rmsnorm": "capture-fused-ar-rmsnorm",
-    "fused_allreduce_rmsnorm_quant_per_group": "capture-fused-ar-rmsnorm",
-}
 
 NOT_NEEDED = """
 import sys, json

@@ -42,16 +42,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from testkit.collective_facts import METHOD_FIXES as METHODS  # method -> fix
+
 ROOT = Path(__file__).resolve().parent.parent
 ALLOCATORS = {"default": "", "expandable": "expandable_segments:True"}
 ROWS, COLS, GROUP, EPS = 4, 256, 128, 1e-6
 TMS = "SGLANG_MEMORY_SAVER_CUDA_GRAPH"
-METHODS = {
-    "_all_gather_into_tensor": "capture-all-gather",
-    "_maybe_aiter_reduce_scatter": "capture-reduce-scatter",
-    "fused_allreduce_rmsnorm": "capture-fused-ar-rmsnorm",
-    "fused_allreduce_rmsnorm_quant_per_group": "capture-fused-ar-rmsnorm",
-}
 FUSED = ("fused_allreduce_rmsnorm", "fused_allreduce_rmsnorm_quant_per_group")
 FLAGS = {"flag on": True, "flag off": False, "flag missing": None}
 

@@ -41,11 +41,14 @@ PACKAGE = "sglang_aiter_plugin"
 #: Every module the package ships (``tests/test_doctor.py`` holds it to the source tree): the
 #: ``package`` check imports each, so a copy missing one, or one that does not import, fails.
 MODULES = (
-    "", "__main__", "_doctor", "_errors", "_log", "_post_import", "_rebind", "_registration",
-    "_releases", "_sglang", "_status", "_switches", "backend", "backend.capacity",
-    "backend.classes", "backend.pool", "cli", "fixes", "fixes.collectives",
-    "fixes.collectives.fix", "fixes.collectives.probe", "plugin", "plugin.manager", "plugin.spec",
-    "selection", "selection.choice", "selection.fix", "selection.sites",
+    "", "__main__", "_doctor", "_errors", "_log", "_patch", "_post_import", "_rebind",
+    "_registration", "_releases", "_sglang", "_status", "_switches", "backend",
+    "backend.bounds_check", "backend.buffers", "backend.capacity", "backend.classes",
+    "backend.defects", "backend.graph_metadata", "backend.graph_state", "backend.page_table",
+    "backend.pool", "backend.widths", "cli", "fixes", "fixes.attention_backend",
+    "fixes.attention_backend.choice", "fixes.attention_backend.fix",
+    "fixes.attention_backend.sites", "fixes.collectives", "fixes.collectives.fix",
+    "fixes.collectives.probe", "plugin", "plugin.manager", "plugin.spec",
 )
 _T = TypeVar("_T")
 
@@ -172,7 +175,7 @@ def _check_package(report: Report) -> None:
 def _upstream_defects(report: Report) -> None:
     """Which defects of upstream ``aiter`` the installed release has (``aiter-ext`` covers them)."""
     from sglang_aiter_plugin._sglang import installed_sglang_version
-    from sglang_aiter_plugin.backend import defects_on
+    from sglang_aiter_plugin.backend.defects import defects_on
 
     version = installed_sglang_version()
     if version is not None:
@@ -279,7 +282,8 @@ _DISCOVERY_PROBE = textwrap.dedent("""
 def _failure_cause(stderr: str) -> str:
     """The loader's real failure, from the last exception line of the fresh interpreter."""
     from sglang_aiter_plugin._errors import shorten
-    from sglang_aiter_plugin._sglang import OLDEST_SUPPORTED, SUPPORTED_RANGE
+    from sglang_aiter_plugin._releases import OLDEST_SUPPORTED
+    from sglang_aiter_plugin._sglang import SUPPORTED_RANGE
 
     lines = [ln for ln in stderr.strip().splitlines() if re.match(r"^[A-Za-z_][\w.]*: ", ln)]
     last = lines[-1] if lines else (stderr.strip().splitlines() or ["no output"])[-1]
@@ -408,7 +412,7 @@ def _classes_built(status: FixStatus) -> FixStatus:
     if status.name != FIX_NAME or status.state not in (FixState.APPLIED, FixState.PENDING):
         return status
     try:
-        sites = _import_quietly(f"{PACKAGE}.selection.sites")
+        sites = _import_quietly(f"{PACKAGE}.fixes.attention_backend.sites")
         for stock in sites.PLUGIN_CLASSES:
             _quiet(sites.plugin_class, stock)
     except Exception as exc:
@@ -419,19 +423,23 @@ def _classes_built(status: FixStatus) -> FixStatus:
 
 
 def _check_switches(report: Report, switches: Switches | None = None) -> None:
-    """One row per bad switch value (reported whether the plugin is on or off), or one ok row."""
+    """One row per bad switch value (reported whether the plugin is on or off), or one ok row;
+    a retired fix name in ``SGLANG_AITER_EXT_DISABLE`` is noted once (not a failure)."""
     if switches is None:
         from sglang_aiter_plugin._registration import run_fixes
 
         switches = run_fixes()[0]
     for problem in switches.problems:
         report.add("switches", FAIL, problem)
+    notes = "".join(f"; {note}" for note in switches.notes)  # retired fix names, said once
+    if switches.problems and notes:
+        report.add("switches", INFO, notes[2:])
     if not switches.problems:
         state = "on" if switches.enabled else "off (SGLANG_AITER_EXT=0)"
         off = ", ".join(sorted(switches.disabled_fixes)) or "none"
         check = "on" if switches.bounds_check else "off"
         report.add("switches", OK,
-                   f"plugin {state}; disabled fixes: {off}; batch bounds check: {check}")
+                   f"plugin {state}; disabled fixes: {off}; batch bounds check: {check}{notes}")
 
 
 def render_table(report: Report) -> str:

@@ -85,7 +85,7 @@ def register() -> None:
 def _log_summary(switches: Switches, statuses: list[FixStatus]) -> None:
     version = installed_sglang_version()
     support = support_of(version)
-    fixes = "; ".join(str(s) for s in statuses) or "no fixes"
+    fixes = "; ".join([*(str(s) for s in statuses), *switches.notes]) or "no fixes"
     _log(logging.INFO, "sglang-aiter-plugin %s on sglang %s (%s): %s", __version__,
          version or "?", support, fixes)
     for problem in switches.problems:

@@ -10,11 +10,11 @@ from packaging.version import InvalidVersion, Version
 
 from sglang_aiter_plugin import _releases
 
-__all__ = ["NEWEST_TESTED", "OLDEST_SUPPORTED", "SUPPORTED_RANGE", "Support",
+__all__ = ["NEWEST_TESTED_VERSION", "OLDEST_SUPPORTED_VERSION", "SUPPORTED_RANGE", "Support",
            "installed_sglang_version", "support_of"]
 
-OLDEST_SUPPORTED = Version(_releases.OLDEST_SUPPORTED)
-NEWEST_TESTED = Version(_releases.NEWEST_TESTED)
+OLDEST_SUPPORTED_VERSION = Version(_releases.OLDEST_SUPPORTED)
+NEWEST_TESTED_VERSION = Version(_releases.NEWEST_TESTED)
 SUPPORTED_RANGE = f"{_releases.OLDEST_SUPPORTED} to {_releases.NEWEST_TESTED}"  # for messages
 
 
@@ -42,8 +42,8 @@ def support_of(v: Version | None) -> str:
     if v is None:
         return Support.MISSING
     release = Version(v.base_version)
-    if release < OLDEST_SUPPORTED or release >= Version(_releases.SUPPORTED_BELOW):
+    if release < OLDEST_SUPPORTED_VERSION or release >= Version(_releases.SUPPORTED_BELOW):
         return Support.UNSUPPORTED
-    if release > NEWEST_TESTED:
+    if release > NEWEST_TESTED_VERSION:
         return Support.UNTESTED
     return Support.SUPPORTED

@@ -36,12 +36,5 @@ class FixStatus(NamedTuple):
     waiting_for: tuple[str, ...] = ()
     """``pending`` only: the sglang modules whose import completes the fix."""
 
-    def as_dict(self) -> dict[str, object]:
-        data: dict[str, object] = {"name": self.name, "state": self.state.value,
-                                   "detail": self.detail}
-        if self.waiting_for:
-            data["waiting_for"] = list(self.waiting_for)
-        return data
-
     def __str__(self) -> str:
         return f"{self.name}={self.state.value}" + (f" ({self.detail})" if self.detail else "")

@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 from sglang_aiter_plugin._errors import AiterExtError
 
-__all__ = ["BOUNDS_CHECK_VAR", "DISABLE_VAR", "ENABLE_VAR", "SwitchValueError", "Switches",
-           "bounds_check_requested", "read_switches"]
+__all__ = ["BOUNDS_CHECK_VAR", "DISABLE_VAR", "ENABLE_VAR", "RETIRED_FIXES", "SwitchValueError",
+           "Switches", "bounds_check_requested", "read_switches"]
 
 ENABLE_VAR = "SGLANG_AITER_EXT"
 DISABLE_VAR = "SGLANG_AITER_EXT_DISABLE"
@@ -24,14 +24,22 @@ BOUNDS_CHECK_VAR = "SGLANG_AITER_EXT_BOUNDS_CHECK"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
+#: Names that were fixes once, and why nothing replaces them: listed in :data:`DISABLE_VAR` they
+#: are accepted and noted, never an unknown fix.
+RETIRED_FIXES: dict[str, str] = {
+    "capture-all-reduce": "sglang honours every capture condition for the all-reduce itself",
+}
+
 
 class Switches(NamedTuple):
-    """The parsed switches, plus the problems found while parsing them."""
+    """The parsed switches, plus the problems found while parsing them and the notes on retired
+    fix names (accepted, with nothing to disable)."""
 
     enabled: bool = True
     disabled_fixes: frozenset[str] = frozenset()
     bounds_check: bool = False
     problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 class SwitchValueError(AiterExtError, ValueError):
@@ -64,7 +72,8 @@ def read_switches(
     known_fixes: Iterable[str], environ: Mapping[str, str] | None = None
 ) -> Switches:
     """Parse the switches from ``environ`` (default: ``os.environ``): a bad value keeps the
-    default and an unknown fix name is ignored, each recorded as a problem."""
+    default and an unknown fix name is ignored, each recorded as a problem; a retired fix name
+    (:data:`RETIRED_FIXES`) is accepted, with a note."""
     env = os.environ if environ is None else environ
     problems: list[str] = []
 
@@ -81,7 +90,12 @@ def read_switches(
 
     known = sorted(set(known_fixes))
     listed = [item for part in env.get(DISABLE_VAR, "").split(",") if (item := part.strip())]
-    unknown = list(dict.fromkeys(item for item in listed if item not in known))
+    retired = list(dict.fromkeys(item for item in listed if item in RETIRED_FIXES
+                                 and item not in known))
+    notes = tuple(f"{name} (in {DISABLE_VAR}) is no longer a fix: {RETIRED_FIXES[name]}, so "
+                  "there is nothing to disable" for name in retired)
+    unknown = list(dict.fromkeys(item for item in listed
+                                 if item not in known and item not in RETIRED_FIXES))
     if unknown:  # one problem, however long the list
         from sglang_aiter_plugin._errors import shorten, summarise
 
@@ -89,4 +103,4 @@ def read_switches(
             f"{len(unknown):,} unknown fixes: {summarise(unknown)}")
         problems.append(f"{DISABLE_VAR} names {what}; accepted names: {', '.join(known)}")
     disabled = frozenset(item for item in listed if item in known)
-    return Switches(enabled, disabled, bounds_check, tuple(problems))
+    return Switches(enabled, disabled, bounds_check, tuple(problems), notes)

@@ -37,7 +37,7 @@ from sglang_aiter_plugin.fixes.collectives.probe import (
 __all__ = ["CUSTOM_ALL_REDUCE", "OUT_PLACE", "registering"]
 
 CUSTOM_ALL_REDUCE = "sglang.srt.distributed.device_communicators.custom_all_reduce"
-AITER_MODULE = "aiter.dist.device_communicators.custom_all_reduce"
+AITER_COMMUNICATOR_MODULE = "aiter.dist.device_communicators.custom_all_reduce"
 """Where sglang imports aiter's communicator from, inside its functions."""
 OUT_PLACE = "_all_reduce_out_place"
 OUT_PLACE_PARAMS = ("self", "input_", "outplace_all_reduce_method")
@@ -53,7 +53,7 @@ def factory_flag(dispatch: Any, tms: bool) -> Any:
     """``enable_register_for_capturing`` that ``dispatch_custom_allreduce`` binds for aiter's
     communicator on a simulated ROCm host (``"unset"`` when it binds none)."""
     copy = rebound(simulated(dispatch, tms=tms, copy_in=False),
-                   {"CustomAllreduce": _AiterCommunicatorClass}, module=AITER_MODULE,
+                   {"CustomAllreduce": _AiterCommunicatorClass}, module=AITER_COMMUNICATOR_MODULE,
                    strict=False)
     chosen = copy(*[None] * len(inspect.signature(dispatch).parameters))
     if not isinstance(chosen, functools.partial) or chosen.func is not _AiterCommunicatorClass:

@@ -128,12 +128,13 @@ DERIVED = (0, 13, *range(233, 241), 10000)
 ports (+233 up) and 0.5.11's gRPC port (+10000)."""
 
 
-def _free_port() -> int:
-    """A ``--port`` in :data:`PORT_RANGE` with every port sglang derives from it free."""
+def _free_port(derived: tuple[int, ...] = DERIVED) -> int:
+    """A ``--port`` in :data:`PORT_RANGE` with every port sglang derives from it (the offsets in
+    ``derived``) free."""
     rng = random.Random()
     while True:
         port = rng.randrange(PORT_RANGE.start, PORT_RANGE.stop)
-        if all(_port_free(port + d) for d in DERIVED):
+        if all(_port_free(port + d) for d in derived):
             return port
 
 

@@ -16,13 +16,14 @@ from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES
 from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
 import sglang_aiter_plugin
 from sglang_aiter_plugin._registration import last_statuses
+from testkit.plugin_state import status_dict
 print("RESULT " + json.dumps({
     "choices": ATTENTION_BACKEND_CHOICES.count("aiter-ext"),
     "factory": getattr(ATTENTION_BACKENDS.get("aiter-ext"), "__module__", None),
     "aiter_wraps": getattr(
         getattr(ATTENTION_BACKENDS["aiter"], "__wrapped__", None), "__module__", None
     ),
-    "statuses": [s.as_dict() for s in (last_statuses() or [])],
+    "statuses": [status_dict(s) for s in (last_statuses() or [])],
     "package": sglang_aiter_plugin.__file__,
 }))
 """
@@ -41,7 +42,7 @@ def test_sglang_load_plugins_discovers_and_runs_the_plugin() -> None:
     data = result.data
     assert data["choices"] == 1
     # aiter-ext is folded into aiter; the aiter factory chooses the class, aiter-ext fails fast
-    assert data["factory"] == "sglang_aiter_plugin.selection.sites"
+    assert data["factory"] == "sglang_aiter_plugin.fixes.attention_backend.sites"
     assert data["aiter_wraps"] == "sglang.srt.layers.attention.attention_registry"
     names = [s["name"] for s in data["statuses"]]
     assert names == ["attention-backend", "capture-all-gather", "capture-reduce-scatter",

@@ -94,7 +94,7 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
     ("0.5.11", True), ("0.5.12.post1", True), ("0.5.12.post1+rocm", True), ("0.5.13", False),
     ("0.5.23", False)])
 def test_upstream_defects_per_release_follow_the_ledger_ranges(release: str, width: bool) -> None:
-    from sglang_aiter_plugin.backend import defects_on
+    from sglang_aiter_plugin.backend.defects import defects_on
 
     names = {d.name for d in defects_on(Version(release))}
     assert ("kv-indices-per-page" in names) == width
@@ -347,3 +347,24 @@ def test_a_release_without_a_plugin_loader_is_named() -> None:
                           text=True, env=env, timeout=600)
     assert real.stderr.strip().splitlines()[-1] == LOADER_ERROR_0_5_10
     assert _failure_cause(real.stderr) == want
+
+
+@pytest.mark.parametrize("also", ["", ",bogus"])
+def test_a_retired_fix_name_is_noted_once_in_the_switches_rows_and_fails_nothing(
+        also: str) -> None:
+    from sglang_aiter_plugin._switches import read_switches
+
+    report = _doctor.Report()
+    env = {"SGLANG_AITER_EXT_DISABLE": f"capture-all-reduce{also}"}
+    _doctor._check_switches(report, read_switches(["attention-backend"], env))
+    rows = [c for c in report.checks if c.name == "switches"]
+    assert sum(c.summary.count("capture-all-reduce") for c in rows) == 1
+    noted = next(c for c in rows if "capture-all-reduce" in c.summary)
+    assert "capture-all-reduce (in SGLANG_AITER_EXT_DISABLE) is no longer a fix" in noted.summary
+    assert "nothing to disable" in noted.summary
+    if also:  # the unknown name fails, the retired one does not
+        assert [c.level for c in rows] == ["FAIL", "info"]
+    else:
+        assert [c.level for c in rows] == ["ok"]
+        assert noted.summary.startswith("plugin on; disabled fixes: none; batch bounds check: off")
+        assert report.exit_code == 0

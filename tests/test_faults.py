@@ -167,7 +167,7 @@ def test_reentrant_loading_never_double_wraps(tmp_path: Path) -> None:
 def test_garbage_in_the_recorded_choice_is_a_clear_error(
     value: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sglang_aiter_plugin.selection.choice import (
+    from sglang_aiter_plugin.fixes.attention_backend.choice import (
         SELECTED_ENV,
         SelectionError,
         is_selected,
@@ -184,7 +184,7 @@ def test_garbage_in_the_recorded_choice_is_a_clear_error(
 def test_the_recorded_choice_reads_back(
     value: str | None, selected: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sglang_aiter_plugin.selection.choice import SELECTED_ENV, is_selected
+    from sglang_aiter_plugin.fixes.attention_backend.choice import SELECTED_ENV, is_selected
 
     if value is None:
         monkeypatch.delenv(SELECTED_ENV, raising=False)

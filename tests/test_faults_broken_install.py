@@ -27,7 +27,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sglang_aiter_plugin"
 
 
 def _without_fold(package: Path) -> None:
-    (package / "selection" / "choice.py").unlink()
+    (package / "fixes" / "attention_backend" / "choice.py").unlink()
 
 
 def _without_pool(package: Path) -> None:
@@ -42,10 +42,11 @@ def _syntax_error(package: Path) -> None:
 BREAKAGES: dict[str, tuple[Callable[[Path], None] | None, list[str]]] = {
     # breakage -> (what it does to a copy of the package, what doctor's FAIL rows must say)
     "module missing": (_without_fold, [
-        "failed: cannot load built-in sglang_aiter_plugin.selection.fix: "
-        "ModuleNotFoundError: No module named 'sglang_aiter_plugin.selection.choice'",
-        "/copy/sglang_aiter_plugin: sglang_aiter_plugin.selection.choice; the install is "
-        "incomplete",
+        "failed: cannot load built-in sglang_aiter_plugin.fixes.attention_backend.fix: "
+        "ModuleNotFoundError: No module named "
+        "'sglang_aiter_plugin.fixes.attention_backend.choice'",
+        "/copy/sglang_aiter_plugin: sglang_aiter_plugin.fixes.attention_backend.choice; the "
+        "install is incomplete",
     ]),
     # start-up and the fix's own modules import: only building the backend would fail
     "backend module missing": (_without_pool, [
@@ -53,7 +54,9 @@ BREAKAGES: dict[str, tuple[Callable[[Path], None] | None, list[str]]] = {
         "aiter-ext fails building them: ModuleNotFoundError: No module named "
         "'sglang_aiter_plugin.backend.pool'",
         "/copy/sglang_aiter_plugin: sglang_aiter_plugin.backend.pool; the install is incomplete",
-        "sglang_aiter_plugin.backend.classes does not import: ModuleNotFoundError",
+        "sglang_aiter_plugin.backend.buffers, sglang_aiter_plugin.backend.classes do not import: "
+        "ModuleNotFoundError",
+        "sglang_aiter_plugin.backend.graph_state does not import: ModuleNotFoundError",
     ]),
     "syntax error": (_syntax_error, [
         "its register() failed, so sglang is unchanged: SyntaxError: invalid syntax",

@@ -25,7 +25,7 @@ if hasattr(record, "resolve_once"):  # 0.5.19+: the plugin's fold runs first, th
     except Exception:  # a dummy model cannot resolve fully; the fold has run by then
         pass
 from sglang_aiter_plugin._post_import import _Finder, _Loader
-from sglang_aiter_plugin.selection.choice import MARKER_ATTR
+from sglang_aiter_plugin.fixes.attention_backend.choice import MARKER_ATTR
 from sglang_aiter_plugin._registration import last_statuses
 server_args = sys.modules["sglang.srt.server_args"]
 loaders = [server_args.__spec__.loader, server_args.__loader__]
@@ -98,7 +98,7 @@ import os
 from sglang.srt.plugins import load_plugins
 load_plugins()
 from sglang.srt.server_args import ServerArgs
-from sglang_aiter_plugin.selection.choice import SELECTED_ENV, is_selected
+from sglang_aiter_plugin.fixes.attention_backend.choice import SELECTED_ENV, is_selected
 record = ServerArgs(model_path="dummy", attention_backend="aiter")
 if hasattr(record, "resolve_once"):
     try:

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit.server import _free_port, _port_free
+
 pytestmark = pytest.mark.slow
 
 # The ports sglang derives from the base port: the next few (tokenizer, scheduler, detokenizer,
@@ -30,33 +30,14 @@ pytestmark = pytest.mark.slow
 DERIVED_OFFSETS = (*range(0, 8), *range(233, 241), 10000)
 
 
-def _free_base_port() -> int:
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 50000)
-        if all(_is_free(p) for p in _ports(base)):
-            return base
-    raise RuntimeError("no free port range for the launch test")
-
-
 def _ports(base: int) -> list[int]:
     return [base + offset for offset in DERIVED_OFFSETS]
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _wait_ports_free(base: int, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        busy = [p for p in _ports(base) if not _is_free(p)]
+        busy = [p for p in _ports(base) if not _port_free(p)]
         if not busy:
             return
         time.sleep(0.5)
@@ -88,7 +69,7 @@ ENGINE = (
 
 def _launch(how: str, model: Path, backend: str) -> subprocess.CompletedProcess[str]:
     bindir = os.path.dirname(sys.executable)
-    base = _free_base_port()
+    base = _free_port(DERIVED_OFFSETS)
     args = ["--model-path", str(model), "--attention-backend", backend, "--port", str(base),
             "--skip-tokenizer-init"]
     if how == "sglang serve":

@@ -31,8 +31,8 @@ def test_every_builtin_fix_has_a_complete_ledger(name: str, module: str) -> None
 
 
 def test_the_attention_backend_ledger_lists_exactly_its_target_table() -> None:
-    from sglang_aiter_plugin.selection import fix
-    from sglang_aiter_plugin.selection.sites import TARGETS
+    from sglang_aiter_plugin.fixes.attention_backend import fix
+    from sglang_aiter_plugin.fixes.attention_backend.sites import TARGETS
 
     doc = fix.__doc__ or ""
     patches = doc[doc.index("Patches"):doc.index("Why:")]
@@ -43,8 +43,10 @@ def test_the_attention_backend_ledger_lists_exactly_its_target_table() -> None:
 @pytest.mark.usefixtures("plugins_loaded")
 def test_every_target_exists_in_the_installed_release() -> None:
     """The table names real symbols: a rename in sglang turns this red before users see it."""
-    from sglang_aiter_plugin.selection.sites import TARGETS
+    from sglang_aiter_plugin.fixes.attention_backend import fix
+    from sglang_aiter_plugin.fixes.attention_backend.sites import TARGETS
 
+    doc = fix.__doc__ or ""
     missing = []
     for target in TARGETS:
         module = importlib.import_module(target.module)
@@ -54,7 +56,8 @@ def test_every_target_exists_in_the_installed_release() -> None:
             obj = getattr(obj, part, None)
         if key:
             obj = obj.get(key.rstrip("]").strip("'")) if isinstance(obj, dict) else None
-        release_specific = re.search(r"\(0\.5\.\d+", target.change) is not None
+        entry = doc[doc.index(f"``{target}``"):].split("\n")[0]  # its line in the ledger
+        release_specific = re.search(r"\(0\.5\.\d+", entry) is not None
         if obj is None and not release_specific:
             missing.append(str(target))
     assert missing == []
@@ -64,8 +67,8 @@ def test_every_target_exists_in_the_installed_release() -> None:
 def test_the_release_specific_fold_point_exists_and_is_in_the_table() -> None:
     from sglang.srt.server_args import ServerArgs
 
-    from sglang_aiter_plugin.selection.choice import fold_point
-    from sglang_aiter_plugin.selection.sites import TARGETS
+    from sglang_aiter_plugin.fixes.attention_backend.choice import fold_point
+    from sglang_aiter_plugin.fixes.attention_backend.sites import TARGETS
 
     point = fold_point(ServerArgs)
     assert callable(getattr(ServerArgs, point))
@@ -76,7 +79,7 @@ def test_the_release_specific_fold_point_exists_and_is_in_the_table() -> None:
 
 
 def _defects() -> Any:
-    from sglang_aiter_plugin.backend import DEFECTS
+    from sglang_aiter_plugin.backend.defects import DEFECTS
 
     return DEFECTS
 
@@ -127,14 +130,16 @@ def test_each_fix_acts_exactly_on_the_releases_its_ledger_row_names(
 ) -> None:
     """The tripwire: on the installed release the fix acts iff the ledger says upstream is wrong
     (its width and layout measured at graph set-up, not assumed from the version)."""
+    from testkit.plugin_state import fills_page_table, widened_buffers
     from testkit.sglang_setup import SCENARIOS, configure
 
     monkeypatch.setenv("SGLANG_USE_AITER_UNIFIED_ATTN", unified)
     setup = configure(model_dir, SCENARIOS["two-batch-overlap"], ("--page-size", str(page)))
-    with setup.scope:
+    with setup.scope, widened_buffers() as widened:
         from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend
 
         backend = AiterExtAttnBackend(setup.runner)
         backend.init_cuda_graph_state(setup.max_bs, setup.max_bs)
-    assert (defect in backend.fixed_defects) == _affected(defect, sglang_version), (
-        backend.fixed_defects)
+    acted = {"kv-indices-per-page": "cuda_graph_kv_indices" in widened,  # at page size 16
+             "unified-page-table": fills_page_table(backend)}[defect]
+    assert acted == _affected(defect, sglang_version), widened

@@ -71,3 +71,22 @@ def test_huge_values_give_short_problems() -> None:
     assert "5,000 unknown fixes: 'nope0', 'nope1', 'nope2', 'nope3', 'nope4' and 4,995 more" in (
         disable)
     assert max(len(enable), len(disable)) < 400
+
+
+def test_a_retired_fix_name_is_accepted_and_noted_once() -> None:
+    """``capture-all-reduce`` was a fix once: a user who still lists it did nothing wrong."""
+    s = read_switches(KNOWN, {"SGLANG_AITER_EXT_DISABLE": "capture-all-reduce, capture-all-reduce"})
+    assert not s.problems
+    assert s.disabled_fixes == frozenset()
+    (note,) = s.notes
+    assert note == ("capture-all-reduce (in SGLANG_AITER_EXT_DISABLE) is no longer a fix: sglang "
+                    "honours every capture condition for the all-reduce itself, so there is "
+                    "nothing to disable")
+
+
+def test_a_retired_fix_name_beside_an_unknown_one_leaves_only_the_unknown_a_problem() -> None:
+    s = read_switches(KNOWN, {"SGLANG_AITER_EXT_DISABLE": "capture-all-reduce,bogus"})
+    (problem,) = s.problems
+    assert "unknown fix 'bogus'" in problem
+    assert "capture-all-reduce" not in problem
+    assert len(s.notes) == 1

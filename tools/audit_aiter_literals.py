@@ -2,7 +2,8 @@
 """Audit where an sglang release treats the name ``"aiter"`` specially and builds aiter backends.
 
     python tools/audit_aiter_literals.py SGLANG_PACKAGE_DIR            # print the audit
-    python tools/audit_aiter_literals.py SGLANG_PACKAGE_DIR --write    # tests/selection/audit/<ver>.txt
+    python tools/audit_aiter_literals.py SGLANG_PACKAGE_DIR --write    # writes it into
+        tests/fixes/attention_backend/audit/<ver>.txt
 
 SGLANG_PACKAGE_DIR is the ``sglang`` package directory of an installed or unzipped release.
 One line per finding, sorted, under ``srt/``:
@@ -31,7 +32,8 @@ __all__ = ["audit", "release_of"]
 
 CLASSES = ("AiterAttnBackend", "AiterMultiStepDraftBackend")
 PIPELINE = "srt/arg_groups/pipeline.py"
-AUDIT_DIR = Path(__file__).resolve().parent.parent / "tests" / "selection" / "audit"
+AUDIT_DIR = (Path(__file__).resolve().parent.parent / "tests" / "fixes" / "attention_backend"
+             / "audit")
 
 
 class _Visitor(ast.NodeVisitor):

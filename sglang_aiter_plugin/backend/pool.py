@@ -103,10 +103,6 @@ class BufferPool:
         """Batch rows every buffer can hold."""
         return self._capacity
 
-    @property
-    def frozen(self) -> bool:
-        return self._frozen is not None
-
     def names(self) -> list[str]:
         return list(self._specs)
 

@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 import pluggy
 
-__all__ = ["HOOK_PREFIX", "NAME", "hookimpl"]
+__all__ = ["HOOK_PREFIX", "PROJECT", "hookimpl"]
 
-NAME = "sglang_aiter_plugin"
+PROJECT = "sglang_aiter_plugin"
 HOOK_PREFIX = "aiter_ext_"  # every hook's name starts with it; other names are never inspected
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-hookimpl: Callable[[_F], _F] = pluggy.HookimplMarker(NAME)
+hookimpl: Callable[[_F], _F] = pluggy.HookimplMarker(PROJECT)

@@ -16,7 +16,7 @@ import pluggy
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin._switches import DISABLE_VAR
 from sglang_aiter_plugin.fixes import BUILTIN_FIXES
-from sglang_aiter_plugin.plugin import HOOK_PREFIX, NAME, spec
+from sglang_aiter_plugin.plugin import HOOK_PREFIX, PROJECT, spec
 from sglang_aiter_plugin.plugin.spec import FixContext
 
 __all__ = ["PluginManager", "load"]
@@ -46,7 +46,7 @@ class PluginManager:
     def __init__(self, fixes: Sequence[tuple[str, str]] = BUILTIN_FIXES, *,
                  blocked: Collection[str] = ()) -> None:
         """Register ``fixes`` (name, ``module[:object]``) in order; block those in ``blocked``."""
-        self.pluggy: pluggy.PluginManager = _PluggyManager(NAME)
+        self.pluggy: pluggy.PluginManager = _PluggyManager(PROJECT)
         self.pluggy.add_hookspecs(spec)
         self._order = [name for name, _ in fixes]
         self._problems: list[FixStatus] = []

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pluggy
 
-from sglang_aiter_plugin.plugin import NAME
+from sglang_aiter_plugin.plugin import PROJECT
 
 if TYPE_CHECKING:
     from packaging.version import Version
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FixContext", "aiter_ext_apply_fix"]
 
-hookspec = pluggy.HookspecMarker(NAME)
+hookspec = pluggy.HookspecMarker(PROJECT)
 
 
 class FixContext(NamedTuple):

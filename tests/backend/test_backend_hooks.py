@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from testkit.plugin_state import pool_frozen
 from testkit.sglang_setup import Setup
 from testkit.subproc import run_python
 
@@ -58,7 +59,7 @@ def test_graph_set_up_grows_the_pool_without_the_fix_registry(
     backend.init_cuda_graph_state(graph, graph)
     assert backend.buffer_pool.capacity == graph
     assert backend.buffer_pool.stale_bindings() == []
-    assert backend.buffer_pool.frozen  # the set-up went on to the end
+    assert pool_frozen(backend.buffer_pool)  # the set-up went on to the end
 
 
 IMPORTS = """

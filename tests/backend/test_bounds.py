@@ -15,12 +15,13 @@ import pytest
 import torch
 
 from sglang_aiter_plugin._switches import SwitchValueError
-from sglang_aiter_plugin.backend.classes import (
-    METADATA_METHODS,
+from sglang_aiter_plugin.backend.bounds_check import (
     BatchTooLargeError,
     install_bounds_check,
     is_checked,
 )
+from sglang_aiter_plugin.backend.graph_metadata import METADATA_METHODS
+from testkit.plugin_state import pool_frozen
 from testkit.subproc import run_python
 
 
@@ -130,7 +131,7 @@ from testkit.sglang_setup import SCENARIOS, POOL, configure, write_model_dir
 from testkit.decode_batch import DecodeBatch, draft_batch, draft_metadata
 from testkit.doubles import aiter_backend_imports
 from sglang.srt.layers.attention import aiter_backend
-from sglang_aiter_plugin.backend.classes import METADATA_METHODS
+from sglang_aiter_plugin.backend.graph_metadata import METADATA_METHODS
 aiter_backend_imports.install(aiter_backend)
 model_dir = write_model_dir(pathlib.Path(tempfile.mkdtemp()) / "m")
 
@@ -266,4 +267,4 @@ def test_a_bad_switch_value_fails_before_the_pool_grows(
     with pytest.raises(SwitchValueError, match="SGLANG_AITER_EXT_BOUNDS_CHECK='sometimes'"):
         backend.init_cuda_graph_state(sglang_setup.max_bs, 1)
     assert backend.buffer_pool.capacity == capacity
-    assert not backend.buffer_pool.frozen
+    assert not pool_frozen(backend.buffer_pool)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from packaging.version import Version
 
-from sglang_aiter_plugin.backend.classes import (
+from sglang_aiter_plugin.backend.buffers import (
     UnknownBatchBufferError,
     discover,
     workspace_bytes_per_row,

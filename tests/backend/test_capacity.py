@@ -17,6 +17,7 @@ from sglang_aiter_plugin.backend.capacity import (
     capacity_of,
 )
 from testkit.batch_paths import SCENARIOS, graph_max
+from testkit.plugin_state import pool_frozen
 from testkit.sglang_setup import Setup, configure
 
 COMMON = importlib.import_module("sglang.srt.utils.common")
@@ -118,7 +119,7 @@ def test_draft_wrapper_and_children_hold_the_capacity_from_construction(
         assert child.buffer_pool.capacity == rows
         assert child.kv_last_page_len.shape[0] == rows
         assert child.kv_indptr.data_ptr() == draft.kv_indptr[step].data_ptr()
-    assert not draft.buffer_pool.frozen
+    assert not pool_frozen(draft.buffer_pool)
 
 
 def test_a_frozen_kv_mtp_draft_worker_is_sized_for_its_topk_expansion(setup_for: object) -> None:

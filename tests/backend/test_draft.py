@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from sglang_aiter_plugin.backend.pool import PoolFrozenError
+from testkit.plugin_state import pool_frozen
 from testkit.sglang_setup import POOL, Setup
 
 STEPS = 3
@@ -62,7 +63,7 @@ def test_children_are_pooled_backends_and_everything_freezes(sglang_setup: Setup
     for child in draft.attn_backends:
         assert "kv_indptr" not in child.buffer_pool.names()  # lent by the wrapper
         assert child.kv_last_page_len.shape[0] == sglang_setup.max_bs
-        assert child.buffer_pool.frozen
+        assert pool_frozen(child.buffer_pool)
     with pytest.raises(PoolFrozenError, match="captured"):
         draft.init_cuda_graph_state(sglang_setup.max_bs + 2, sglang_setup.max_bs + 2)
 

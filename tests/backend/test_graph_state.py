@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import torch
 
-from sglang_aiter_plugin.backend.classes import discover, workspace_bytes_per_row
+from sglang_aiter_plugin.backend.buffers import discover, workspace_bytes_per_row
 from sglang_aiter_plugin.backend.pool import PoolFrozenError
+from testkit.plugin_state import pool_frozen
 from testkit.sglang_setup import POOL, Setup
 
 PADDED = ["two-batch-overlap", "dp-attention"]
@@ -181,7 +182,7 @@ def test_a_graph_batch_below_one_row_is_refused_before_upstream_runs(
         with pytest.raises(ValueError, match=rf"for {max_bs} rows .*max_bs={max_bs}.* at least 1"):
             backend.init_cuda_graph_state(max_bs, 1)
         assert backend.kv_indptr is before
-        assert not backend.buffer_pool.frozen
+        assert not pool_frozen(backend.buffer_pool)
         assert getattr(backend, "cuda_graph_kv_indices", None) is None  # upstream never ran
 
 
@@ -191,7 +192,8 @@ def test_a_kv_indices_layout_the_plugin_does_not_know_stops_graph_set_up_by_name
 ) -> None:
     from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
 
-    from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend, UnknownGraphLayoutError
+    from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend
+    from sglang_aiter_plugin.backend.widths import UnknownGraphLayoutError
 
     upstream = AiterAttnBackend.init_cuda_graph_state
 
@@ -207,4 +209,4 @@ def test_a_kv_indices_layout_the_plugin_does_not_know_stops_graph_set_up_by_name
     assert f"sglang {sglang_version}" in text
     assert "cuda_graph_kv_indices with 5 entries" in text
     assert "--attention-backend aiter" in text
-    assert not backend.buffer_pool.frozen  # no graph is captured against it
+    assert not pool_frozen(backend.buffer_pool)  # no graph is captured against it

@@ -29,17 +29,18 @@ Writes ``tests/compat/buffer_widths.json`` and ``tests/compat/BUFFER_WIDTHS.md``
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as ``python tests/compat/buffer_widths.py``
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from sglang_aiter_plugin import _releases
+from tests.compat import per_release
+from tests.compat.per_release import run_release
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT_JSON = ROOT / "tests" / "compat" / "buffer_widths.json"
@@ -349,18 +350,8 @@ print('RESULT ' + json.dumps(rows))
 
 def _run_release(version: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-        for name in ("SGLANG_USE_AITER_UNIFIED_ATTN", "SGLANG_AITER_EXT_BOUNDS_CHECK"):
-            env.pop(name, None)
-        proc = subprocess.run(
-            ["bash", str(ROOT / "tools" / "with-sglang"), version, sys.executable, "-c",
-             CODE.format(tmp=tmp)],
-            cwd=ROOT, capture_output=True, text=True, env=env,
-        )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"sglang {version}: exit {proc.returncode}\n{proc.stderr[-4000:]}")
-    return {"release": version, "rows": json.loads(lines[-1][len("RESULT "):])}
+        return run_release(version, CODE.format(tmp=tmp),
+                           unset=("SGLANG_USE_AITER_UNIFIED_ATTN", "SGLANG_AITER_EXT_BOUNDS_CHECK"))
 
 
 def _label(r: dict[str, Any]) -> str:
@@ -433,19 +424,9 @@ def _render(results: list[dict[str, Any]], command: str, date: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("releases", nargs="*", default=DEFAULT)
-    args = parser.parse_args(argv)
-    command = "python tests/compat/buffer_widths.py " + " ".join(args.releases)
-    results = []
-    for version in args.releases:
-        print(f"sglang {version} ...", flush=True)
-        results.append(_run_release(version))
-    OUT_JSON.write_text(json.dumps({"command": command, "date": dt.date.today().isoformat(),
-                                    "results": results}, indent=1) + "\n")
-    OUT_MD.write_text(_render(results, command, dt.date.today().isoformat()) + "\n")
-    print(f"wrote {OUT_MD.relative_to(ROOT)}")
-    return 0
+    return per_release.main(argv, doc=__doc__ or "", script="tests/compat/buffer_widths.py",
+                            default=DEFAULT, measure=_run_release, render=_render,
+                            out_json=OUT_JSON, out_md=OUT_MD)
 
 
 if __name__ == "__main__":

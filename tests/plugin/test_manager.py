@@ -129,16 +129,16 @@ def test_a_blocked_fix_is_reported_disabled_and_never_imported() -> None:
 
 def test_a_disabled_builtin_fix_is_not_imported_by_register() -> None:
     data = off_rocm_process()  # SGLANG_AITER_EXT_DISABLE=attention-backend
-    assert "sglang_aiter_plugin.selection.fix" not in data["imported"]
+    assert "sglang_aiter_plugin.fixes.attention_backend.fix" not in data["imported"]
     assert data["statuses"]["attention-backend"][0] == "disabled"
     assert "sglang_aiter_plugin._registration" in data["imported"]  # the plugin did load
 
 
 def test_load_reads_a_module_or_an_object_in_it() -> None:
-    from sglang_aiter_plugin.selection import fix
+    from sglang_aiter_plugin.fixes.attention_backend import fix
 
-    assert load("sglang_aiter_plugin.selection.fix") is fix
-    assert load("sglang_aiter_plugin.selection.fix:NAME") == "attention-backend"
+    assert load("sglang_aiter_plugin.fixes.attention_backend.fix") is fix
+    assert load("sglang_aiter_plugin.fixes.attention_backend.fix:FIX_NAME") == "attention-backend"
 
 
 def test_a_later_report_is_always_filed_under_the_fixs_own_name() -> None:

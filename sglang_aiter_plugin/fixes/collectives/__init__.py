@@ -14,7 +14,7 @@ fails on a release that does not).
 from __future__ import annotations
 
 from sglang_aiter_plugin.fixes.collectives.fix import (
-    Collective,
+    CollectiveFix,
     Method,
     all_gather_unregistered,
     fused_unregistered,
@@ -28,7 +28,7 @@ _FUSED = ("self", "input_", "residual_inp_", "weight_", "eps")
 _QUANT = (*_FUSED, "group_size", "emit_bf16")
 _HIDDEN = 128  # a multiple of the per-group quant's group size
 
-ALL_GATHER = Collective(
+ALL_GATHER = CollectiveFix(
     "capture-all-gather", "all-gather", invoke=calling_with((2, 8), (1, 8)),
     forms={"all_gather_reg": all_gather_unregistered},
     methods=(Method("_all_gather_into_tensor", (("self", "output", "input"),)),),
@@ -58,7 +58,7 @@ Remove when:
     how="a wrapper makes those captures call all_gather_unreg",
 )
 
-REDUCE_SCATTER = Collective(
+REDUCE_SCATTER = CollectiveFix(
     "capture-reduce-scatter", "reduce-scatter", invoke=calling_with((1, 8), (2, 8)),
     forms={"reduce_scatter": reduce_scatter_unregistered},
     methods=(Method("_maybe_aiter_reduce_scatter", (("self", "output", "input"),)),),
@@ -87,7 +87,7 @@ Remove when:
     how="a wrapper makes those captures pass registered=False",
 )
 
-FUSED_AR_RMSNORM = Collective(
+FUSED_AR_RMSNORM = CollectiveFix(
     "capture-fused-ar-rmsnorm", "fused all-reduce+RMSNorm",
     invoke=calling_with((1, _HIDDEN), (1, _HIDDEN), (_HIDDEN,), then=(1e-6,)),
     forms={"custom_fused_ar_rms": fused_unregistered(

@@ -1,12 +1,12 @@
 """How a collective fix decides, what it installs, and what a capture then gets.
 
-A fix (:class:`Collective`, a pluggy plugin object) decides on ROCm only, once sglang has imported
-``parallel_state`` (``pending`` until then): ``skipped`` off HIP or where a method is missing,
-changed or never calls aiter; ``not needed`` where the probe (:mod:`.probe`) finds no capture
-condition ignored; else ``applied``, with one wrapper per such method set on ``GroupCoordinator``.
-Outside the communicator's capture mode a wrapper calls sglang's method as is; while the stream
-captures under a condition sglang ignores (:class:`Plan`), the method gets a view of aiter's
-communicator whose registering call is its unregistered form.
+A fix (:class:`CollectiveFix`, a pluggy plugin object) decides on ROCm only, once sglang has
+imported ``parallel_state`` (``pending`` until then): ``skipped`` off HIP or where a method is
+missing, changed or never calls aiter; ``not needed`` where the probe (:mod:`.probe`) finds no
+capture condition ignored; else ``applied``, with one wrapper per such method set on
+``GroupCoordinator``. Outside the communicator's capture mode a wrapper calls sglang's method as is;
+while the stream captures under a condition sglang ignores (:class:`Plan`), the method gets a view
+of aiter's communicator whose registering call is its unregistered form.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import importlib
 import logging
 import os
 import sys
-import threading
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from packaging.version import Version
 
+from sglang_aiter_plugin._patch import patched, wrap_once
 from sglang_aiter_plugin._post_import import when_imported
 from sglang_aiter_plugin._rebind import Overlay
 from sglang_aiter_plugin._status import FixState, FixStatus
@@ -40,14 +40,12 @@ from sglang_aiter_plugin.fixes.collectives.probe import (
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
-__all__ = ["MARK", "PARALLEL_STATE", "Collective", "Decision", "Method", "Plan",
+__all__ = ["PARALLEL_STATE", "CollectiveFix", "Decision", "Method", "Plan",
            "all_gather_unregistered",
            "communicator_view", "fused_unregistered", "install",
            "is_installed", "plan_for", "reduce_scatter_unregistered"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
-MARK = "__sglang_aiter_plugin_collective__"
-"""Attribute set on every wrapper :func:`install` puts on a class (its value: the fix's name)."""
 logger = logging.getLogger("sglang_aiter_plugin")
 
 
@@ -131,34 +129,20 @@ def fused_unregistered(method: str, *names: str) -> Callable[..., Any]:
     return unregistered
 
 
-_lock = threading.Lock()
-
-
 def is_installed(cls: type, name: str) -> bool:
     """Whether a wrapper :func:`install` made is anywhere on ``cls.name``."""
-    fn = vars(cls).get(name)
-    while fn is not None and not hasattr(fn, MARK):
-        fn = getattr(fn, "__wrapped__", None)
-    return fn is not None
+    return patched(vars(cls).get(name))
 
 
 def install(cls: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
             fix: str) -> bool:
-    """Put ``wrap(current)`` (with ``__wrapped__``) on ``cls.name``; ``True`` if installed now,
-    ``False`` if already; ``TypeError`` if ``cls.name`` is not a plain function."""
-    with _lock:
-        current = vars(cls)[name]
-        if is_installed(cls, name):
-            return False
-        if not isinstance(current, types.FunctionType):
-            raise TypeError(f"{cls.__name__}.{name} is {type(current).__name__}, not a function")
-        wrapper = functools.update_wrapper(wrap(current), current)
-        setattr(wrapper, MARK, fix)
-        setattr(cls, name, wrapper)
-        return True
+    """Put ``wrap(current)`` (with ``__wrapped__``) on ``cls.name``, marked as ``fix``; ``True`` if
+    installed now, ``False`` if already; ``TypeError`` if ``cls.name`` is not a plain function."""
+    return wrap_once(cls, name, fix, wrap, functions_only=True)
 
 
-def where(version: Version | None) -> str:
+def release_name(version: Version | None) -> str:
+    """``sglang 0.5.23`` for statuses (``this sglang`` when the release is not known)."""
     return f"sglang {version}" if version is not None else "this sglang"
 
 
@@ -179,7 +163,7 @@ class Decision(NamedTuple):
     methods: tuple[str, ...] = ()
 
 
-class Collective:
+class CollectiveFix:
     """A collective fix as a pluggy plugin (its ledger as ``__doc__``; ``title``: the collective,
     in statuses): on ROCm, once sglang has imported ``parallel_state``, it wraps ``methods``
     (each probed with ``invoke``) where sglang ignores a capture condition, with the unregistered
@@ -249,6 +233,7 @@ class Collective:
 
     def decide(self, cls: type, version: Version | None) -> Decision:
         """Probe :attr:`methods` on ``cls`` (nothing is installed)."""
+        release = release_name(version)
         found: list[tuple[str, ProbeResult]] = []
         absent: list[str] = []
         for method in self.methods:
@@ -257,30 +242,30 @@ class Collective:
                 if method.optional:
                     absent.append(qualname)
                     continue
-                return self._decided(FixState.SKIPPED, f"{where(version)} has no {qualname}: "
+                return self._decided(FixState.SKIPPED, f"{release} has no {qualname}: "
                                      f"no AITER {self.title} path to fix")
             params = parameters(cls, method.name)
             if params not in method.signatures:
                 known = " or ".join(f"({', '.join(s)})" for s in method.signatures)
-                return self._decided(FixState.SKIPPED, f"{where(version)} changed {qualname} to "
+                return self._decided(FixState.SKIPPED, f"{release} changed {qualname} to "
                                      f"({', '.join(params)}); the fix knows {known}, so it "
                                      "leaves sglang unchanged")
             try:
                 found.append((method.name, probe(cls, method.name, self.invoke)))
             except NotAiterPath as exc:
-                return self._decided(FixState.SKIPPED, f"{where(version)}'s {qualname} never "
+                return self._decided(FixState.SKIPPED, f"{release}'s {qualname} never "
                                      f"calls aiter's communicator (it takes {exc}): no AITER "
                                      f"{self.title} path")
             except ProbeError as exc:
                 return self._decided(FixState.FAILED, f"{exc}; sglang unchanged, please report "
                                      "this sglang release")
         names = " and ".join(f"GroupCoordinator.{name}" for name, _ in found)
-        note = f" ({', '.join(absent)}: not in {where(version)})" if absent else ""
+        note = f" ({', '.join(absent)}: not in {release})" if absent else ""
         needed = [(name, result) for name, result in found if result.ignored]
         if not needed:
             honoured = ", ".join(Condition) if found else "-"  # no method ignores any
             verb = "captures" if len(found) == 1 else "capture"
-            return self._decided(FixState.NOT_NEEDED, f"{where(version)}'s {names} already {verb} "
+            return self._decided(FixState.NOT_NEEDED, f"{release}'s {names} already {verb} "
                                  f"unregistered under: {honoured}{note}")
         # one plan serves all the methods: a condition a method already honours is harmless
         ignored = tuple(c for c in Condition if any(c in r.ignored for _, r in needed))
@@ -288,7 +273,7 @@ class Collective:
         registers = "registers" if len(found) == 1 else "register"
         return Decision(
             FixStatus(self.name, FixState.APPLIED,
-                      f"{where(version)}'s {names} {registers} during capture despite "
+                      f"{release}'s {names} {registers} during capture despite "
                       f"{', '.join(ignored)}; {self.how}; sglang itself honours: {honoured}{note}"),
             ignored=ignored, methods=tuple(name for name, _ in needed))
 

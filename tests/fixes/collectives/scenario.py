@@ -19,6 +19,7 @@ from packaging.version import Version
 
 from sglang_aiter_plugin.fixes.collectives.probe import Condition
 from testkit.collective_facts import FIRST_WITH_PIECEWISE_FUSED, has_path, has_quant
+from testkit.collective_facts import METHOD_FIXES as METHODS  # method -> fix
 from testkit.doubles.communicator import MARK
 from testkit.subproc import run_python
 
@@ -27,13 +28,6 @@ __all__ = ["BRANCHES", "FLAGS", "KINDS", "METHODS", "cases", "child_data", "expe
 BRANCHES = ("capturing", "warm-up", "piecewise", "eager")
 FLAGS = (True, False, None)  # the communicator's enable_register_for_capturing; None: missing
 KINDS = ("full", "no-unregistered-fused")
-#: method -> fix
-METHODS = {
-    "_all_gather_into_tensor": "capture-all-gather",
-    "_maybe_aiter_reduce_scatter": "capture-reduce-scatter",
-    "fused_allreduce_rmsnorm": "capture-fused-ar-rmsnorm",
-    "fused_allreduce_rmsnorm_quant_per_group": "capture-fused-ar-rmsnorm",
-}
 _FUSED = ("fused_allreduce_rmsnorm", "fused_allreduce_rmsnorm_quant_per_group")
 
 CHILD = """

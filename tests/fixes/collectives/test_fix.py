@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from sglang_aiter_plugin._patch import MARK
 from sglang_aiter_plugin._rebind import Overlay
 from sglang_aiter_plugin.fixes.collectives import (
     ALL_GATHER,
@@ -16,8 +17,7 @@ from sglang_aiter_plugin.fixes.collectives import (
     fix,
 )
 from sglang_aiter_plugin.fixes.collectives.fix import (
-    MARK,
-    Collective,
+    CollectiveFix,
     Plan,
     communicator_view,
     install,
@@ -189,7 +189,8 @@ def test_coordinator_view_replaces_only_the_communicator() -> None:
 # -- the wrapper's choice -------------------------------------------------------------------------
 
 
-def _with_plan(collective: Collective, plan: Plan | None, monkeypatch: pytest.MonkeyPatch) -> None:
+def _with_plan(collective: CollectiveFix, plan: Plan | None,
+               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(collective, "plan", plan)
 
 
@@ -221,7 +222,7 @@ def test_a_fix_without_a_plan_changes_nothing(monkeypatch: pytest.MonkeyPatch) -
      ("fused_ar_rms", False)),
 ], ids=["all-gather", "reduce-scatter", "fused"])
 def test_each_collective_hands_its_unregistered_form_to_a_capture(
-    monkeypatch: pytest.MonkeyPatch, collective: Collective, call: Any, made: tuple[str, bool]
+    monkeypatch: pytest.MonkeyPatch, collective: CollectiveFix, call: Any, made: tuple[str, bool]
 ) -> None:
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     _with_plan(collective, Plan(copy_in=True), monkeypatch)

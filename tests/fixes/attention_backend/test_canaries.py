@@ -1,8 +1,8 @@
 """Canaries: a new sglang release that adds, moves or drops an ``"aiter"`` decision or an aiter
 construction site fails here, loudly, instead of silently diverging.
 
-The audits are pinned per release in ``tests/selection/audit/<release>.txt``, written by
-``tools/audit_aiter_literals.py`` from the release's own source.
+The audits are pinned per release in ``tests/fixes/attention_backend/audit/<release>.txt``,
+written by ``tools/audit_aiter_literals.py`` from the release's own source.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin import _releases
-from sglang_aiter_plugin.selection.sites import REGISTRY_MODULE, TARGETS
+from sglang_aiter_plugin.fixes.attention_backend.sites import REGISTRY_MODULE, TARGETS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 AUDIT_DIR = Path(__file__).resolve().parent / "audit"
 
 
@@ -94,12 +94,13 @@ def test_the_fold_sits_at_the_first_resolution_step(
 ) -> None:
     from sglang.srt.server_args import ServerArgs
 
-    from sglang_aiter_plugin.selection.choice import fold_point
+    from sglang_aiter_plugin._patch import patched
+    from sglang_aiter_plugin.fixes.attention_backend.choice import PATCH, fold_point
 
     resolve_once = Version(str(sglang_version)) >= Version("0.5.19")
     expected = "resolve_once" if resolve_once else "__post_init__"
     assert fold_point(ServerArgs) == expected
-    assert getattr(getattr(ServerArgs, expected), "__sglang_aiter_plugin_fold__", False)
+    assert patched(getattr(ServerArgs, expected), PATCH)
 
 
 def _calls_load_plugins(path: Path, function: str) -> bool | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_aiter_plugin.backend import AiterUnavailableError
-from sglang_aiter_plugin.selection.choice import MARKER_ATTR
+from sglang_aiter_plugin.fixes.attention_backend.choice import MARKER_ATTR
 
 FLAGS = ["--attention-backend", "--prefill-attention-backend", "--decode-attention-backend"]
 
@@ -14,7 +14,7 @@ FLAGS = ["--attention-backend", "--prefill-attention-backend", "--decode-attenti
 def test_real_parser_accepts_aiter_ext(plugins_loaded: None, flag: str) -> None:
     from sglang.srt.server_args import prepare_server_args
 
-    from sglang_aiter_plugin.selection.choice import fold_point
+    from sglang_aiter_plugin.fixes.attention_backend.choice import fold_point
     from testkit.doubles.rocm_platform import rocm_host
 
     with rocm_host():  # 0.5.11-0.5.18 resolve while parsing: aiter-ext needs a ROCm host
@@ -43,11 +43,14 @@ def test_real_parser_still_rejects_unknown_names(
 def test_choice_is_added_once_in_the_shared_list(plugins_loaded: None) -> None:
     from sglang.srt import server_args
 
-    from sglang_aiter_plugin.selection.choice import add_choice
+    from sglang_aiter_plugin._patch import patched
+    from sglang_aiter_plugin.fixes.attention_backend.choice import PATCH, fold_point, install_fold
 
-    add_choice(server_args)
-    add_choice(server_args)
+    install_fold(server_args, then=lambda selected: None)
+    install_fold(server_args, then=lambda selected: None)
     assert server_args.ATTENTION_BACKEND_CHOICES.count("aiter-ext") == 1
+    cls = server_args.ServerArgs
+    assert patched(getattr(cls, fold_point(cls)), PATCH)
 
 
 def test_building_aiter_ext_without_rocm_names_rocm_and_aiter(construction_sites: None) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.selection.launches import Resolutions
+from tests.fixes.attention_backend.launches import Resolutions
 
 MLA_LAUNCHES = ["deepseek-v3", "deepseek-v3-split", "deepseek-v3-mtp"]
 
@@ -135,7 +135,7 @@ def test_the_users_choice_stays_visible(resolutions: Resolutions) -> None:
 def test_the_fold_is_logged(
     resolutions: Resolutions, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from tests.selection.launches import LAUNCHES, resolve
+    from tests.fixes.attention_backend.launches import LAUNCHES, resolve
 
     logger = logging.getLogger("sglang_aiter_plugin")
     logger.addHandler(caplog.handler)

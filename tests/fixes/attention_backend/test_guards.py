@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from sglang_aiter_plugin.selection.choice import BackendChoiceError
-from tests.selection.launches import COMMON, resolve_args
+from sglang_aiter_plugin.fixes.attention_backend.choice import BackendChoiceError
+from tests.fixes.attention_backend.launches import COMMON, resolve_args
 
 
 def _error(models: dict[str, str], **kwargs: object) -> BaseException | None:

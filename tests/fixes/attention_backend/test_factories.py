@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sglang_aiter_plugin.backend import AiterUnavailableError
-from sglang_aiter_plugin.selection.choice import MARKER_ATTR, SELECTED_ENV
+from sglang_aiter_plugin.fixes.attention_backend.choice import MARKER_ATTR, SELECTED_ENV
 from testkit.sglang_setup import Setup
 
 AITER = "sglang.srt.layers.attention.aiter_backend"
@@ -169,7 +169,7 @@ def test_an_unfolded_aiter_ext_entry_fails_fast(
 ) -> None:
     from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
 
-    from sglang_aiter_plugin.selection.sites import UnfoldedSelectionError
+    from sglang_aiter_plugin.fixes.attention_backend.sites import UnfoldedSelectionError
 
     with pytest.raises(UnfoldedSelectionError, match="without being resolved as 'aiter'"):
         ATTENTION_BACKENDS["aiter-ext"](_choose(monkeypatch, runner, "aiter-ext"))

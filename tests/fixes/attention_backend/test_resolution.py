@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_aiter_plugin.selection.choice import MARKER_ATTR, SELECTED_ENV
-from tests.selection.launches import LAUNCHES, Resolutions
+from sglang_aiter_plugin.fixes.attention_backend.choice import MARKER_ATTR, SELECTED_ENV
+from tests.fixes.attention_backend.launches import LAUNCHES, Resolutions
 
 NAMES = [launch.name for launch in LAUNCHES]
 
@@ -67,8 +67,8 @@ def test_without_the_fold_aiter_ext_would_diverge(
     """Negative control: bypass the fold and the same launch resolves differently."""
     from sglang.srt.server_args import ServerArgs
 
-    from sglang_aiter_plugin.selection.choice import fold_point
-    from tests.selection.launches import resolve
+    from sglang_aiter_plugin.fixes.attention_backend.choice import fold_point
+    from tests.fixes.attention_backend.launches import resolve
 
     point = fold_point(ServerArgs)
     monkeypatch.setattr(ServerArgs, point, getattr(ServerArgs, point).__wrapped__)

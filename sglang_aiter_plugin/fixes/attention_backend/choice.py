@@ -23,10 +23,23 @@ from typing import Any
 from sglang_aiter_plugin import backend
 from sglang_aiter_plugin._errors import AiterExtError, shorten
 from sglang_aiter_plugin._log import log
+from sglang_aiter_plugin._patch import wrap_once
 
-__all__ = ["BACKEND_FIELDS", "EXT_NAME", "MARKER_ATTR", "SELECTED_ENV", "STOCK_NAME",
-           "BackendChoiceError", "SelectionError", "add_choice", "fold", "fold_point",
-           "install_fold", "is_selected", "on_record", "record"]
+__all__ = [
+    "BACKEND_FIELDS",
+    "EXT_NAME",
+    "MARKER_ATTR",
+    "PATCH",
+    "SELECTED_ENV",
+    "STOCK_NAME",
+    "BackendChoiceError",
+    "SelectionError",
+    "fold",
+    "fold_point",
+    "install_fold",
+    "is_selected",
+    "record",
+]
 
 EXT_NAME = "aiter-ext"
 STOCK_NAME = "aiter"
@@ -38,15 +51,6 @@ class SelectionError(AiterExtError, ValueError):
     """The recorded choice of backend class cannot be read."""
 
 
-_listeners: list[Callable[[bool], None]] = []
-
-
-def on_record(listener: Callable[[bool], None]) -> None:
-    """Call ``listener(selected)`` after every recorded choice (the fix arms its steps by it)."""
-    if listener not in _listeners:
-        _listeners.append(listener)
-
-
 def record(server_args: Any, selected: bool) -> None:
     """Record the choice of ``aiter-ext`` on ``server_args`` and in the environment. Without it
     nothing is written on the record, and a :data:`SELECTED_ENV` left by an earlier launch (in
@@ -56,8 +60,6 @@ def record(server_args: Any, selected: bool) -> None:
         os.environ[SELECTED_ENV] = "1"
     else:
         os.environ.pop(SELECTED_ENV, None)
-    for listener in list(_listeners):
-        listener(selected)
 
 
 def is_selected(server_args: Any | None) -> bool:
@@ -77,7 +79,7 @@ def is_selected(server_args: Any | None) -> bool:
 BACKEND_FIELDS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
                   "speculative_draft_attention_backend")
 SOURCE = "sglang_aiter_plugin"
-_WRAPPED_FLAG = "__sglang_aiter_plugin_fold__"
+PATCH = "fold"
 
 
 class BackendChoiceError(AiterExtError, ValueError):
@@ -127,31 +129,25 @@ def fold(server_args: Any, *, declare: bool) -> list[str]:
     return folded
 
 
-def _wrap(original: Callable[..., Any], *, declare: bool) -> Callable[..., Any]:
-    @functools.wraps(original)
+def _wrap(original: Callable[..., Any], *, declare: bool,
+          then: Callable[[bool], None]) -> Callable[..., Any]:
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         # A finished (or failed) record is not resolved again; the original decides what to do.
         if not (getattr(self, "_resolution_finished", False)
                 or getattr(self, "_resolution_failed", False)):
-            fold(self, declare=declare)
+            then(bool(fold(self, declare=declare)))
         return original(self, *args, **kwargs)
 
-    setattr(wrapper, _WRAPPED_FLAG, True)
     return wrapper
 
 
-def add_choice(server_args: ModuleType) -> None:
-    """Add ``aiter-ext`` to the shared choices list, in place and only once."""
-    choices: list[str] = server_args.ATTENTION_BACKEND_CHOICES
-    if EXT_NAME not in choices:
-        choices.append(EXT_NAME)
-
-
-def install_fold(server_args: ModuleType) -> None:
-    """On ``sglang.srt.server_args``: add the choice, and wrap the release's fold point on
-    ``ServerArgs`` once."""
-    add_choice(server_args)
+def install_fold(server_args: ModuleType, then: Callable[[bool], None]) -> None:
+    """On ``sglang.srt.server_args``, once: wrap the release's fold point on ``ServerArgs`` (each
+    resolution then calls ``then(selected)`` with its recorded choice) and add ``aiter-ext`` to the
+    shared choices list, in place."""
     cls = server_args.ServerArgs
     point = fold_point(cls)
-    if not getattr(getattr(cls, point), _WRAPPED_FLAG, False):
-        setattr(cls, point, _wrap(getattr(cls, point), declare=point == "resolve_once"))
+    if wrap_once(cls, point, PATCH, functools.partial(
+            _wrap, declare=point == "resolve_once", then=then)):
+        choices: list[str] = server_args.ATTENTION_BACKEND_CHOICES
+        choices.append(EXT_NAME)

@@ -8,9 +8,13 @@ from typing import Any
 
 import pytest
 
-from sglang_aiter_plugin.selection.choice import MARKER_ATTR, SELECTED_ENV, is_selected
-from tests.selection import child
-from tests.selection.launches import Resolutions
+from sglang_aiter_plugin.fixes.attention_backend.choice import (
+    MARKER_ATTR,
+    SELECTED_ENV,
+    is_selected,
+)
+from tests.fixes.attention_backend import child
+from tests.fixes.attention_backend.launches import Resolutions
 
 
 def _resolved(resolutions: Resolutions, backend: str) -> Any:

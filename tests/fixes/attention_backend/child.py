@@ -58,7 +58,11 @@ def report(payload: bytes, queue: Any) -> None:
         from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS
         from sglang.srt.speculative.draft_utils import DraftBackendFactory
 
-        from sglang_aiter_plugin.selection.choice import MARKER_ATTR, SELECTED_ENV, is_selected
+        from sglang_aiter_plugin.fixes.attention_backend.choice import (
+            MARKER_ATTR,
+            SELECTED_ENV,
+            is_selected,
+        )
 
         queue.put(
             {

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sglang_aiter_plugin.selection.choice import SELECTED_ENV
+from sglang_aiter_plugin.fixes.attention_backend.choice import SELECTED_ENV
 from testkit.doubles.rocm_platform import simulated_rocm
 
 __all__ = [

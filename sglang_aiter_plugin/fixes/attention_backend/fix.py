@@ -16,8 +16,8 @@ Why:
     in 0.5.23: memory fraction, model validation, DCP, the draft factories, the backend stamp
     model code reads back...). A new name silently misses every one of them, or is rejected.
 How:
-    Two steps (:class:`Steps`), each when sglang imports the module it changes (at once if it
-    already has); while a wanted step waits, the fix reports ``pending`` and names it:
+    Two steps (:class:`AttentionBackendFix`), each when sglang imports the module it changes (at
+    once if it already has); while a wanted step waits, the fix reports ``pending`` and names it:
     1. on ``sglang.srt.server_args``: add ``aiter-ext`` to the CLI choices list in place (from
        0.5.20 rebinding the name has no effect) and fold ``aiter-ext`` into ``aiter`` at the
        entry of resolution, recording the choice (:mod:`.choice`);
@@ -26,7 +26,7 @@ How:
 Upstream PR:
     None: sglang has no notion of a backend that "is" another backend under a second name.
 Remove when:
-    Never; this is the plugin's reason to exist. The canaries in ``tests/selection``
+    Never; this is the plugin's reason to exist. The canaries in ``tests/fixes/attention_backend``
     fail when a release adds an ``"aiter"`` decision or a construction site the fix misses.
 """
 
@@ -40,24 +40,28 @@ from types import ModuleType
 
 from sglang_aiter_plugin._post_import import cancel, when_imported
 from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin.plugin import hookimpl
-from sglang_aiter_plugin.plugin.spec import FixContext
-from sglang_aiter_plugin.selection.choice import EXT_NAME, SELECTED_ENV, install_fold, on_record
-from sglang_aiter_plugin.selection.sites import (
+from sglang_aiter_plugin.fixes.attention_backend.choice import (
+    EXT_NAME,
+    SELECTED_ENV,
+    install_fold,
+)
+from sglang_aiter_plugin.fixes.attention_backend.sites import (
     REGISTRY_MODULE,
     SERVER_ARGS_MODULE,
     install_construction_sites,
 )
+from sglang_aiter_plugin.plugin import hookimpl
+from sglang_aiter_plugin.plugin.spec import FixContext
 
-__all__ = ["DONE", "NAME", "Steps", "aiter_ext_apply_fix"]
+__all__ = ["DONE", "FIX_NAME", "AttentionBackendFix", "aiter_ext_apply_fix"]
 
-NAME = "attention-backend"
+FIX_NAME = "attention-backend"
 DONE = f"`--attention-backend {EXT_NAME}` resolves as 'aiter' and builds the plugin's classes"
 WHAT = {SERVER_ARGS_MODULE: "the CLI choice and the fold",
         REGISTRY_MODULE: "the backend registry entry and the EAGLE/MTP draft factories"}
 
 
-class Steps:
+class AttentionBackendFix:
     """Runs the two steps as sglang imports their modules and keeps the fix's status.
 
     Step 2 is armed at start, disarmed by a resolution without ``aiter-ext`` (so the import hook
@@ -74,14 +78,14 @@ class Steps:
         self._failed: str | None = None
         self._sites_wanted = False
         self._last: FixStatus | None = None
-        self._run_fold = functools.partial(self._run, SERVER_ARGS_MODULE, install_fold)
+        self._run_fold = functools.partial(self._run, SERVER_ARGS_MODULE,
+                                           functools.partial(install_fold, then=self._want_sites))
         self._run_sites = functools.partial(self._run, REGISTRY_MODULE, install_construction_sites)
 
     def start(self) -> FixStatus:
         """Install what can be installed now, defer the rest; the status to return now."""
         when_imported(SERVER_ARGS_MODULE, self._run_fold)
         self._want_sites(True)
-        on_record(self._want_sites)
         with self._lock:
             self._last = self.status()
             return self._last
@@ -89,16 +93,16 @@ class Steps:
     def status(self) -> FixStatus:
         with self._lock:
             if self._failed is not None:
-                return FixStatus(NAME, FixState.FAILED, self._failed)
+                return FixStatus(FIX_NAME, FixState.FAILED, self._failed)
             waiting = [m for m in (SERVER_ARGS_MODULE, REGISTRY_MODULE) if m not in self._done
                        and (m == SERVER_ARGS_MODULE or self._sites_wanted)]
             if waiting:
                 text = "; ".join(f"{WHAT[m]} when sglang imports {m}" for m in waiting)
-                return FixStatus(NAME, FixState.PENDING, f"{DONE} once installed: {text}",
+                return FixStatus(FIX_NAME, FixState.PENDING, f"{DONE} once installed: {text}",
                                  waiting_for=tuple(waiting))
             if REGISTRY_MODULE in self._done:
-                return FixStatus(NAME, FixState.APPLIED, DONE)
-            return FixStatus(NAME, FixState.APPLIED, f"{DONE}; sglang's aiter construction "
+                return FixStatus(FIX_NAME, FixState.APPLIED, DONE)
+            return FixStatus(FIX_NAME, FixState.APPLIED, f"{DONE}; sglang's aiter construction "
                              f"sites are wrapped once a launch in this process chooses {EXT_NAME}")
 
     def _want_sites(self, wanted: bool) -> None:
@@ -142,5 +146,5 @@ class Steps:
 @hookimpl
 def aiter_ext_apply_fix(context: FixContext) -> FixStatus:
     if context.sglang_version is None:
-        return FixStatus(NAME, FixState.SKIPPED, "sglang is not installed")
-    return Steps(context.report).start()
+        return FixStatus(FIX_NAME, FixState.SKIPPED, "sglang is not installed")
+    return AttentionBackendFix(context.report).start()

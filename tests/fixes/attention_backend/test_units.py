@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sglang_aiter_plugin.selection.choice import fold, fold_point
+from sglang_aiter_plugin.fixes.attention_backend.choice import fold, fold_point
 from testkit.doubles.rocm_platform import rocm_host
 
 
@@ -57,8 +57,8 @@ def test_a_later_launch_without_the_choice_removes_what_an_earlier_one_wrote(
     import os
     from types import SimpleNamespace
 
-    from sglang_aiter_plugin.selection import choice as marker
-    from sglang_aiter_plugin.selection.choice import MARKER_ATTR, SELECTED_ENV
+    from sglang_aiter_plugin.fixes.attention_backend import choice as marker
+    from sglang_aiter_plugin.fixes.attention_backend.choice import MARKER_ATTR, SELECTED_ENV
 
     monkeypatch.delenv(SELECTED_ENV, raising=False)
     first, second = SimpleNamespace(), SimpleNamespace()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_aiter_plugin.selection.choice import SELECTED_ENV
-from tests.selection.launches import Resolutions, warm_up, write_models
+from sglang_aiter_plugin.fixes.attention_backend.choice import SELECTED_ENV
+from tests.fixes.attention_backend.launches import Resolutions, warm_up, write_models
 
 
 @pytest.fixture(scope="session")

@@ -17,17 +17,18 @@ from typing import Any, NamedTuple
 
 from sglang_aiter_plugin import backend
 from sglang_aiter_plugin._errors import AiterExtError
+from sglang_aiter_plugin._patch import wrap_once
 from sglang_aiter_plugin._rebind import rebound
-from sglang_aiter_plugin.selection.choice import EXT_NAME, STOCK_NAME, is_selected
+from sglang_aiter_plugin.fixes.attention_backend.choice import EXT_NAME, STOCK_NAME, is_selected
 
-__all__ = ["AITER_MODULE", "DRAFT_UTILS_MODULE", "PLUGIN_CLASSES", "REGISTRY_MODULE",
-           "SERVER_ARGS_MODULE", "TARGETS", "Target", "UnfoldedSelectionError",
+__all__ = ["AITER_BACKEND_MODULE", "DRAFT_UTILS_MODULE", "PATCH", "PLUGIN_CLASSES",
+           "REGISTRY_MODULE", "SERVER_ARGS_MODULE", "TARGETS", "Target", "UnfoldedSelectionError",
            "install_construction_sites", "plugin_class"]
 
 SERVER_ARGS_MODULE = "sglang.srt.server_args"
 REGISTRY_MODULE = "sglang.srt.layers.attention.attention_registry"
 DRAFT_UTILS_MODULE = "sglang.srt.speculative.draft_utils"
-AITER_MODULE = "sglang.srt.layers.attention.aiter_backend"
+AITER_BACKEND_MODULE = "sglang.srt.layers.attention.aiter_backend"
 
 #: sglang's class a construction site imports -> the plugin's class it builds instead.
 PLUGIN_CLASSES = {"AiterAttnBackend": "AiterExtAttnBackend",
@@ -35,12 +36,11 @@ PLUGIN_CLASSES = {"AiterAttnBackend": "AiterExtAttnBackend",
 
 
 class Target(NamedTuple):
-    """One sglang symbol and what the fix does to it; ``builds``: the sglang aiter class this
-    function constructs (construction sites only)."""
+    """One sglang symbol the fix touches (what it does there: the fix's ledger, ``Patches``);
+    ``builds``: the sglang aiter class this function constructs (construction sites only)."""
 
     module: str
     qualname: str
-    change: str
     builds: str | None = None
 
     def __str__(self) -> str:
@@ -48,28 +48,19 @@ class Target(NamedTuple):
 
 
 TARGETS: tuple[Target, ...] = (
-    Target(SERVER_ARGS_MODULE, "ATTENTION_BACKEND_CHOICES",
-           "'aiter-ext' appended to the shared list, in place"),
-    Target(SERVER_ARGS_MODULE, "ServerArgs.resolve_once",
-           "wrapped (0.5.19+): fold 'aiter-ext' to 'aiter' before resolution"),
-    Target(SERVER_ARGS_MODULE, "ServerArgs.__post_init__",
-           "wrapped (0.5.11-0.5.18): fold 'aiter-ext' to 'aiter' before resolution"),
-    Target(REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter']",
-           "wrapped: runs sglang's create_aiter_backend building the plugin's class when chosen",
-           builds="AiterAttnBackend"),
-    Target(REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter-ext']",
-           "added: fails fast when a launch path skipped the fold"),
+    Target(SERVER_ARGS_MODULE, "ATTENTION_BACKEND_CHOICES"),
+    Target(SERVER_ARGS_MODULE, "ServerArgs.resolve_once"),
+    Target(SERVER_ARGS_MODULE, "ServerArgs.__post_init__"),
+    Target(REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter']", builds="AiterAttnBackend"),
+    Target(REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter-ext']"),
     Target(DRAFT_UTILS_MODULE, "DraftBackendFactory._create_aiter_prefill_backend",
-           "wrapped: builds the plugin's class when chosen", builds="AiterAttnBackend"),
-    Target(DRAFT_UTILS_MODULE, "DraftBackendFactory._create_aiter_decode_backend",
-           "wrapped: builds the plugin's class when chosen",
-           builds="AiterMultiStepDraftBackend"),
-    Target(AITER_MODULE, "AiterMultiStepDraftBackend.__init__",
-           "not modified: the plugin's draft class runs a copy building its own children",
            builds="AiterAttnBackend"),
+    Target(DRAFT_UTILS_MODULE, "DraftBackendFactory._create_aiter_decode_backend",
+           builds="AiterMultiStepDraftBackend"),
+    Target(AITER_BACKEND_MODULE, "AiterMultiStepDraftBackend.__init__", builds="AiterAttnBackend"),
 )
 
-_WRAPPED_FLAG = "__sglang_aiter_plugin_factory__"
+PATCH = "construction-site"
 
 
 class UnfoldedSelectionError(AiterExtError, RuntimeError):
@@ -78,15 +69,13 @@ class UnfoldedSelectionError(AiterExtError, RuntimeError):
 
 def _selecting(original: Callable[..., Any], builds: str,
                record_of: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not is_selected(record_of(*args)):
             return original(*args, **kwargs)
         backend.require_aiter()  # first: without ROCm the message names ROCm and aiter
-        return rebound(original, {builds: plugin_class(builds)}, module=AITER_MODULE)(
+        return rebound(original, {builds: plugin_class(builds)}, module=AITER_BACKEND_MODULE)(
             *args, **kwargs)
 
-    setattr(wrapper, _WRAPPED_FLAG, True)
     return wrapper
 
 
@@ -124,16 +113,14 @@ def install_construction_sites(registry: ModuleType) -> None:
     backends: dict[str, Any] = registry.ATTENTION_BACKENDS
     factory = importlib.import_module(DRAFT_UTILS_MODULE).DraftBackendFactory
     for target in TARGETS:
-        if target.builds is None or target.module == AITER_MODULE:
+        if target.builds is None or target.module == AITER_BACKEND_MODULE:
             continue  # AiterMultiStepDraftBackend.__init__: the plugin's draft class runs a copy
         if target.module == REGISTRY_MODULE:
-            if not getattr(backends[STOCK_NAME], _WRAPPED_FLAG, False):
-                backends[STOCK_NAME] = _selecting(backends[STOCK_NAME], target.builds,
-                                                  _runner_record)
+            wrap_once(backends, STOCK_NAME, PATCH, functools.partial(
+                _selecting, builds=target.builds, record_of=_runner_record), item=True)
             continue
         method = target.qualname.split(".")[1]
-        if not getattr(getattr(factory, method), _WRAPPED_FLAG, False):
-            setattr(factory, method, _selecting(getattr(factory, method), target.builds,
-                                                _draft_record))
+        wrap_once(factory, method, PATCH, functools.partial(
+            _selecting, builds=target.builds, record_of=_draft_record))
     if backends.get(EXT_NAME) is not unfolded_backend:
         registry.register_attention_backend(EXT_NAME)(unfolded_backend)

@@ -1,0 +1,57 @@
+"""The one way the plugin changes a function of sglang's: wrap it once, marked with the patch.
+
+Every patch (the collective wrappers, the fold, the construction sites, the bounds check and the
+unified page-table fill) goes through :func:`wrap_once`: the wrapper keeps the original as
+``__wrapped__`` and carries :data:`MARK`, whose value names the patch. A patch is found again below
+any layer that keeps ``__wrapped__`` (sglang's hook registry, another plugin), so applying it a
+second time (a second ``register()``, a second graph set-up) changes nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["MARK", "patched", "wrap_once"]
+
+MARK = "__sglang_aiter_plugin_patch__"
+"""Attribute on every wrapper :func:`wrap_once` makes; its value: the patch's name."""
+
+_lock = threading.RLock()
+
+
+def patched(fn: Any, patch: str | None = None) -> bool:
+    """Whether ``fn`` is, or wraps through ``__wrapped__``, a wrapper of ``patch`` (``None``: of
+    any patch of the plugin)."""
+    seen: set[int] = set()
+    while fn is not None and id(fn) not in seen:
+        seen.add(id(fn))
+        mark = getattr(fn, MARK, None)
+        if mark is not None and (patch is None or mark == patch):
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+    return False
+
+
+def wrap_once(holder: Any, name: str, patch: str,
+              wrap: Callable[[Callable[..., Any]], Callable[..., Any]], *, item: bool = False,
+              functions_only: bool = False) -> bool:
+    """Replace ``holder.name`` (``holder[name]`` with ``item``) by ``wrap(current)``, marked as
+    ``patch``; return ``False``, changing nothing, where ``current`` already is or wraps it.
+    ``functions_only``: ``TypeError`` unless the class attribute is a plain function."""
+    with _lock:
+        current = holder[name] if item else getattr(holder, name)
+        if patched(current, patch):
+            return False
+        if functions_only and not isinstance(raw := vars(holder)[name], types.FunctionType):
+            raise TypeError(f"{holder.__name__}.{name} is {type(raw).__name__}, not a function")
+        wrapper = functools.update_wrapper(wrap(current), current)
+        setattr(wrapper, MARK, patch)
+        if item:
+            holder[name] = wrapper
+        else:
+            setattr(holder, name, wrapper)
+        return True

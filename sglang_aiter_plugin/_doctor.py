@@ -126,11 +126,14 @@ def _module_name(relative: str) -> str:
 
 def _quiet(function: Callable[..., _T], *args: Any) -> _T:
     """``function(*args)``; what sglang prints meanwhile (its "aiter is AMD specific" line off
-    ROCm, at import) is dropped: doctor's output is the report (``--json``: one document)."""
+    ROCm, at import) and the warnings its quantization modules raise at import are dropped:
+    doctor's output is the report (``--json``: one document)."""
     import contextlib
     import io
+    import warnings
 
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         return function(*args)
 
 

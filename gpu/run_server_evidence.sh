@@ -28,7 +28,6 @@ export SGLANG_GPU_E2E_OUT=$out/e2e
   nvidia-smi -L
   python3 -c "import sglang, torch, triton; print('sglang', sglang.__version__, 'torch', torch.__version__, 'triton', triton.__version__)"
   compute-sanitizer --version | tail -1
-  git rev-parse --short HEAD 2>/dev/null || true
 } 2>&1 | tee "$out/versions.txt"
 python3 -m pytest -p no:cacheprovider -rA -v "${@:-tests/e2e/gpu}" 2>&1 | tee "$out/pytest.log"
 status=${PIPESTATUS[0]}

@@ -160,6 +160,7 @@ class Server:
     ports: set[int] = dataclasses.field(default_factory=set)
     peak_rss: int = 0
     """The largest resident memory of the whole tree seen (bytes), sampled twice a second."""
+    ready_timeout_s: float = READY_TIMEOUT_S
 
     @property
     def url(self) -> str:
@@ -280,7 +281,7 @@ class Server:
         return sorted(left)
 
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             self.observe()
             if self.proc.poll() is not None:
@@ -291,7 +292,7 @@ class Server:
                         self.observe()
                         return
             time.sleep(1.0)
-        raise self.fail(f"not ready after {READY_TIMEOUT_S:.0f} s")
+        raise self.fail(f"not ready after {self.ready_timeout_s:.0f} s")
 
 
 def _listening(ports: set[int]) -> list[str]:
@@ -311,14 +312,15 @@ def _pgid(pid: int) -> int | None:
 def launch(model: Path, backend: str, work: Path, *, doubles: str = "aiter,rocm-host,fill-value",
            ranks: int = 1, extra: tuple[str, ...] = (), env: dict[str, str] | None = None,
            max_running: int = 8, wait: bool = True, platform: Platform = CPU,
-           graph_max_bs: int | None = None, wrap: tuple[str, ...] = ()) -> Server:
+           graph_max_bs: int | None = None, wrap: tuple[str, ...] = (),
+           ready_timeout_s: float = READY_TIMEOUT_S) -> Server:
     """Start ``launch_server`` for ``model`` with ``--attention-backend backend``.
 
     ``doubles``: what the test plugin installs (:mod:`testkit.doubles.server_plugin`). ``ranks``:
     ``--tp``. ``wait``: block until the server answers (or raise :class:`ServerFailed`).
     ``platform``: :data:`CPU` or :data:`CUDA`; ``graph_max_bs``: on CUDA, capture decode graphs
     up to this batch (``None``: none). ``wrap``: a command the launcher runs under (for example
-    ``compute-sanitizer``).
+    ``compute-sanitizer``); ``ready_timeout_s``: how long it may take to answer.
     """
     work.mkdir(parents=True, exist_ok=True)
     record_dir = work / "records"
@@ -352,7 +354,7 @@ def launch(model: Path, backend: str, work: Path, *, doubles: str = "aiter,rocm-
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env,
                                 cwd=work, start_new_session=True)
-    server = Server(proc, port, log_path, record_dir)
+    server = Server(proc, port, log_path, record_dir, ready_timeout_s=ready_timeout_s)
     threading.Thread(target=server._sample, daemon=True, name="server-sampler").start()
     if wait:
         try:

@@ -237,18 +237,30 @@ import sys
 import types
 
 
-def _refusing(name):
-    def refuse(*args, **kwargs):
-        raise NotImplementedError(f"{name}: flashinfer import stand-in (e2e double)")
+class _Refusing:
+    """A name of flashinfer: its attributes are names too (``ActivationType.Swiglu``); calling
+    one refuses."""
 
-    return refuse
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _Refusing(f"{self._name}.{attr}")
+
+    def __call__(self, *args, **kwargs):
+        raise NotImplementedError(f"{self._name}: flashinfer import stand-in (e2e double)")
+
+    def __repr__(self):
+        return f"<{self._name}: flashinfer import stand-in>"
 
 
 def _getattr(module):
     def __getattr__(attr):
         if attr.startswith("__"):
             raise AttributeError(attr)
-        return _refusing(f"{module}.{attr}")
+        return _Refusing(f"{module}.{attr}")
 
     return __getattr__
 

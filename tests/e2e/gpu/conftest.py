@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.server import CUDA, Output, Server, launch
+from testkit.server import CUDA, READY_TIMEOUT_S, Output, Server, launch
 from tests.e2e import workload
 from tests.e2e.serving import Run, serve
 
@@ -81,6 +81,8 @@ SCENARIOS: dict[str, Scenario] = {
 
 MEMCHECK = ("compute-sanitizer", "--tool", "memcheck", "--target-processes", "all",
             "--print-limit", "20")
+MEMCHECK_READY_S = 480.0
+"""Start-up under ``compute-sanitizer`` (every kernel instrumented, graphs captured) is slow."""
 
 
 def _steps(server: Server, steps: tuple[str, ...], work: Path) -> dict[str, list[Output]]:
@@ -122,7 +124,8 @@ def _serve(name: str, checkpoint: Path, work: Path) -> Run:
     server = launch(checkpoint, s.backend, work, doubles=doubles, ranks=s.tp, extra=extra,
                     env=env, wait=False, max_running=POOL, platform=CUDA,
                     graph_max_bs=GRAPH_MAX_BS if s.graphs else None,
-                    wrap=MEMCHECK if s.memcheck else ())
+                    wrap=MEMCHECK if s.memcheck else (),
+                    ready_timeout_s=MEMCHECK_READY_S if s.memcheck else READY_TIMEOUT_S)
     return serve(name, server, lambda running: _steps(running, s.steps, work))
 
 

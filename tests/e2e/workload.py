@@ -12,8 +12,8 @@ import random
 from testkit.server import Output, Server
 
 __all__ = ["BURST_3X", "BURST_3X_LENGTHS", "GPU_LOGPROB_TOL", "LOGPROB_TOL", "LONG",
-           "LONG_NEW_TOKENS", "STAGGERED", "Answers", "Mismatch", "compare", "prompts",
-           "reference_noise", "run_prompts"]
+           "LONG_BATCH", "LONG_NEW_TOKENS", "STAGGERED", "Answers", "Mismatch", "compare",
+           "prompts", "reference_noise", "run_prompts"]
 
 LOGPROB_TOL = 1e-4
 """Largest |log-probability difference| accepted between two backends in float32. Two identical
@@ -111,3 +111,6 @@ BURST_3X_LENGTHS = [1 + (i * 7) % 24 for i in range(len(BURST_3X))]
 LONG = prompts(1, seed=6, lengths=(490, 490))[0]
 LONG_NEW_TOKENS = 16
 """490 + 16 tokens: near the servers' ``--context-length`` of 512 (sglang admits 511)."""
+LONG_BATCH = prompts(6, seed=7, lengths=(480, 490))
+"""Six long requests at once (a full pool near context length, about 3,000 KV tokens in one
+decode batch): at page size 16, the most a per-page graph ``kv_indices`` can be written past."""

@@ -81,6 +81,10 @@ SCENARIOS: dict[str, Scenario] = {
 
 MEMCHECK = ("compute-sanitizer", "--tool", "memcheck", "--target-processes", "all",
             "--print-limit", "20")
+MEMCHECK_ENV = {"PYTORCH_CUDA_ALLOC_CONF": os.environ.get("SGLANG_GPU_E2E_MEMCHECK_ALLOC",
+                                                      "backend:cudaMallocAsync")}
+"""Under ``compute-sanitizer``: every tensor its own allocation (stream-ordered, so graphs still
+capture), so a write past a buffer's end is reported, not lost inside a cached segment."""
 MEMCHECK_READY_S = 480.0
 """Start-up under ``compute-sanitizer`` (every kernel instrumented, graphs captured) is slow."""
 
@@ -104,6 +108,7 @@ def _steps(server: Server, steps: tuple[str, ...], work: Path) -> dict[str, list
             a.sets["burst"] = server.generate(workload.BURST_3X, workload.BURST_3X_LENGTHS)
         elif step == "long":
             a.sets["long"] = server.generate([workload.LONG], workload.LONG_NEW_TOKENS)
+            a.sets["long-batch"] = server.generate(workload.LONG_BATCH, workload.LONG_NEW_TOKENS)
     return a.sets
 
 
@@ -116,6 +121,8 @@ def _serve(name: str, checkpoint: Path, work: Path) -> Run:
     assert version is not None
     extra = (*s.flags, *(dp_flags(version) if s.attn_dp > 1 else ()))
     doubles, env = s.doubles, dict(s.env)
+    if s.memcheck:
+        env.update(MEMCHECK_ENV)
     from sglang.srt.environ import envs
 
     if not hasattr(envs, "SGLANG_FORCE_FUSED_OP_BACKEND"):  # 0.5.12

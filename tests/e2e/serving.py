@@ -58,7 +58,8 @@ class Run:
     def memcheck_errors(self) -> list[str]:
         """compute-sanitizer's reports as they occurred (the tree is killed at the end, before
         any summary)."""
-        return re.findall(r"========= (Invalid .*|Program hit .*)", self.log)
+        return re.findall(r"========= (Invalid .*|Program hit .*|Warp assert.*|Out-of-range .*"
+                          r"|Misaligned .*)", self.log)
 
     def summary(self) -> dict[str, object]:
         replays = self.replays()

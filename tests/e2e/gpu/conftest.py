@@ -81,11 +81,13 @@ SCENARIOS: dict[str, Scenario] = {
 
 MEMCHECK = ("compute-sanitizer", "--tool", "memcheck", "--target-processes", "all",
             "--print-limit", "20")
-MEMCHECK_ENV = {"PYTORCH_CUDA_ALLOC_CONF": os.environ.get("SGLANG_GPU_E2E_MEMCHECK_ALLOC",
-                                                      "backend:cudaMallocAsync")}
-"""Under ``compute-sanitizer``: every tensor its own allocation (stream-ordered, so graphs still
-capture), so a write past a buffer's end is reported, not lost inside a cached segment."""
 MEMCHECK_READY_S = 480.0
+"""Start-up under ``compute-sanitizer`` (every kernel instrumented, graphs captured) is slower.
+The servers keep torch's caching allocator: with one allocation per tensor
+(``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` or ``backend:cudaMallocAsync``) sglang's decode-graph
+capture fails under the sanitizer (``cudaErrorStreamCaptureUnjoined``, 2026-12-03). So memcheck
+sees accesses outside the allocator's segments and device-side assertions, not a write past one
+tensor into its neighbour inside a segment."""
 """Start-up under ``compute-sanitizer`` (every kernel instrumented, graphs captured) is slow."""
 
 
@@ -121,8 +123,6 @@ def _serve(name: str, checkpoint: Path, work: Path) -> Run:
     assert version is not None
     extra = (*s.flags, *(dp_flags(version) if s.attn_dp > 1 else ()))
     doubles, env = s.doubles, dict(s.env)
-    if s.memcheck:
-        env.update(MEMCHECK_ENV)
     from sglang.srt.environ import envs
 
     if not hasattr(envs, "SGLANG_FORCE_FUSED_OP_BACKEND"):  # 0.5.12

@@ -48,7 +48,10 @@ def test_aiter_ext_page_16_answers_as_the_reference(gpu_served: Served) -> None:
 def test_upstream_page_16_answers_as_the_reference(gpu_served: Served,
                                                    request: pytest.FixtureRequest) -> None:
     if _release() < PER_PAGE_WIDTH:
-        request.applymarker(pytest.mark.xfail(strict=False, reason="per-page kv_indices"))
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "0.5.11-0.5.12.post1: upstream's per-page graph kv_indices are written per token; "
+            "six long requests write past them, and the replayed graph then fails a device-side "
+            "assertion (an index_select out of range, 2026-12-03)")))
     worst = _long(gpu_served("aiter/page-16"), gpu_served("torch_native"))
     print(f"aiter page 16: max |dlogprob| {worst:.3g}")
 

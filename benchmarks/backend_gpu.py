@@ -36,6 +36,7 @@ import torch
 from benchmarks._format import run_facts
 from gpu import buffer_pool_graphs as harness  # blocks aiter first
 from testkit.sglang_setup import SCENARIOS, configure, write_model_dir
+from testkit.unified_kernel import fill_paged_requests
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -184,7 +185,7 @@ def gpu_main(
     model_dir = write_model_dir(Path(tempfile.mkdtemp()) / "tiny-llama")
     setup = configure(model_dir, SCENARIOS["two-batch-overlap"], (*harness.FLAGS, *CAPTURE),
                       device="cuda", pool=POOL)
-    harness.fill_requests(setup.runner, POOL, seed=0)
+    fill_paged_requests(setup.runner, POOL, harness.PAGE, seed=0)
     print(f"capture sizes {setup.capture_bs}, max_bs {setup.max_bs}, P {POOL}", file=sys.stderr)
     result: dict[str, Any] = {
         **run_facts(benchmark),

@@ -56,7 +56,11 @@ from testkit.decode_batch import (  # noqa: E402
 from testkit.doubles import aiter_backend_imports  # noqa: E402
 from testkit.doubles import aiter_gpu_kernels as ref  # noqa: E402
 from testkit.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
-from testkit.unified_kernel import make_layer, reference_rows  # noqa: E402
+from testkit.unified_kernel import (  # noqa: E402
+    fill_paged_requests,
+    make_layer,
+    reference_rows,
+)
 
 PAGE = 16
 MAX_LEN = int(os.environ.get("POOL_GPU_MAX_LEN", "600"))
@@ -75,29 +79,6 @@ def install_kernel_doubles() -> Any:
     mod.mha_batch_prefill_func = ref.mha_batch_prefill_func
     aiter_backend_imports.install(mod)
     return mod
-
-
-def fill_requests(runner: Any, pool: int, seed: int) -> None:
-    """Page-aligned KV locations per request (as a paged allocator hands out) and random KV."""
-    gen = torch.Generator().manual_seed(seed)
-    table = runner.req_to_token_pool.req_to_token
-    width = table.shape[1]
-    pages_per_req = (width + PAGE - 1) // PAGE
-    total_pages = (runner.token_to_kv_pool.size) // PAGE - 1
-    for r in range(pool):
-        pages = torch.randint(1, total_pages, (pages_per_req,), generator=gen)
-        locs = (pages[:, None] * PAGE + torch.arange(PAGE)[None, :]).reshape(-1)[:width]
-        table[r] = locs.to(table.dtype).to(table.device)
-    k, v = runner.token_to_kv_pool.get_kv_buffer(0)
-    k.copy_(torch.randn(k.shape, generator=gen).to(k.dtype))
-    v.copy_(torch.randn(v.shape, generator=gen).to(v.dtype))
-
-
-def reference_decode(
-    runner: Any, q: torch.Tensor, reqs: list[int], lens: list[int]
-) -> torch.Tensor:
-    """Row ``i`` of ``q`` attends to the first ``lens[i]`` tokens of request ``reqs[i]``."""
-    return reference_rows(runner, q, reqs, lens)
 
 
 def build(kind: str, setup: Any, path: str) -> Any:
@@ -130,23 +111,10 @@ def run_decode(kind: str, path: str, setup: Any, pool: int, graphs: bool, device
         q = torch.randn(len(reqs), backend.num_head, backend.head_dim, generator=gen).to(
             backend.input_dtype
         ).to(device)
-        if graphs:
-            batch.metadata(in_capture=True)
-            batch.forward(layer)  # warm-up, as sglang runs before capturing
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = batch.forward(layer)
-            batch.set(reqs, lens, q)
-            batch.metadata(in_capture=False)
-            graph.replay()
-        else:
-            batch.set(reqs, lens, q)
-            batch.metadata(in_capture=False)
-            out = batch.forward(layer)
+        out = batch.run(layer, reqs, lens, q, batch.capture(layer) if graphs else None)
         torch.cuda.synchronize() if device == "cuda" else None
         got = out[: len(reqs)].reshape(len(reqs), backend.num_head, backend.head_dim).float()
-        want = reference_decode(setup.runner, q, reqs, lens).to(got.device)
+        want = reference_rows(setup.runner, q, reqs, lens).to(got.device)
         err = (got - want).abs().max().item()
         emit(part="decode", kind=kind, path=path, graphs=graphs, pool=pool, bs=bs,
              max_bs=setup.max_bs, real_rows=len(reqs), max_abs_err=round(err, 5),
@@ -195,7 +163,7 @@ def run_extend(kind: str, setup: Any, pool: int, device: str) -> None:
     rows_right, start = 0, 0
     for r, p, e in zip(reqs, prefix, extend, strict=False):
         for i in range(e):
-            want = reference_decode(setup.runner, q[start + i : start + i + 1], [r], [p + i + 1])
+            want = reference_rows(setup.runner, q[start + i : start + i + 1], [r], [p + i + 1])
             rows_right += int((got[start + i] - want[0].to(got.device)).abs().max().item() < 2e-2)
         start += e
     true_q = [0, 7, 10, 19]
@@ -296,7 +264,7 @@ def main() -> None:
     model_dir = write_model_dir(Path(tempfile.mkdtemp()) / "tiny-llama")
     setup = configure(model_dir, SCENARIOS[args.scenario], FLAGS, device=args.device,
                       pool=args.pool)
-    fill_requests(setup.runner, args.pool, seed=0)
+    fill_paged_requests(setup.runner, args.pool, PAGE, seed=0)
     emit(part="config", scenario=args.scenario, pool=args.pool, capture_bs=setup.capture_bs,
          max_bs=setup.max_bs)
     parts = args.parts.split(",")

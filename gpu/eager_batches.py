@@ -32,6 +32,7 @@ from testkit.batch_paths import SCENARIOS, graphs_off
 from testkit.doubles import aiter_gpu_kernels as ref
 from testkit.mlp_sync import mlp_synced_batch
 from testkit.sglang_setup import configure, write_model_dir
+from testkit.unified_kernel import fill_paged_requests, reference_rows
 
 EXTEND = 3
 
@@ -79,7 +80,7 @@ def run_decode(kind: str, path: str, setup: Any, pool: int, mode: str, device: s
     record.update(kv_indptr_ok=kv == want_kv)
     if rows:
         got = out[:rows].reshape(rows, backend.num_head, backend.head_dim).float()
-        want = bpg.reference_decode(setup.runner, q[:rows], list(range(rows)), lens)
+        want = reference_rows(setup.runner, q[:rows], list(range(rows)), lens)
         err = (got - want.to(got.device)).abs().max().item()
         record.update(real_rows=rows, max_abs_err=round(err, 5), rows_ok=bool(err < 2e-2))
     bpg.emit(**record)
@@ -113,7 +114,7 @@ def run_extend(kind: str, path: str, setup: Any, pool: int, device: str) -> None
     right, start = 0, 0
     for r, n in enumerate(lens):
         for i in range(EXTEND):
-            want = bpg.reference_decode(setup.runner, q[start + i : start + i + 1], [r],
+            want = reference_rows(setup.runner, q[start + i : start + i + 1], [r],
                                         [n - EXTEND + i + 1])
             right += int((got[start + i] - want[0].to(got.device)).abs().max().item() < 2e-2)
         start += EXTEND
@@ -140,7 +141,7 @@ def main() -> None:
     flags = graphs_off()  # page size 1, as sglang defaults
     setup = configure(model_dir, SCENARIOS["dp-attention"], flags, device=args.device,
                       pool=args.pool)
-    bpg.fill_requests(setup.runner, args.pool, seed=0)
+    fill_paged_requests(setup.runner, args.pool, bpg.PAGE, seed=0)
     bpg.emit(part="config", scenario="dp-attention (attention-TP 2), graphs off", pool=args.pool,
              flags=list(flags))
     with setup.scope:

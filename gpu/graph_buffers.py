@@ -92,21 +92,12 @@ def replay(kind: str, setup: Any, pool: int, unified: bool, lens: list[int], dev
     # 0.5.11-0.5.13 read the KV pool through the batch (later releases through the backend)
     batch.fb.token_to_kv_pool = setup.runner.token_to_kv_pool
     batch.fb.req_to_token_pool = setup.runner.req_to_token_pool
-    batch.metadata(in_capture=True)
-    if device == "cuda" and graphs:
-        batch.forward(layer)  # warm-up, as sglang runs before capturing
+    captured = batch.capture(layer) if device == "cuda" and graphs else None
+    if captured is None:  # the same calls without a graph: the forward reads the replayed state
+        batch.metadata(in_capture=True)
+    out = batch.run(layer, reqs, lens, q, captured)
+    if device == "cuda":
         torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = batch.forward(layer)
-        batch.set(reqs, lens, q)
-        batch.metadata(in_capture=False)
-        graph.replay()
-        torch.cuda.synchronize()
-    else:  # the same calls without a graph: the forward reads the replayed state
-        batch.set(reqs, lens, q)
-        batch.metadata(in_capture=False)
-        out = batch.forward(layer)
     got = out[: len(reqs)].reshape(len(reqs), backend.num_head, backend.head_dim).float()
     want = reference_rows(setup.runner, q, reqs, lens).to(got.device)
     diff = (got - want).abs().flatten(1).amax(dim=1)

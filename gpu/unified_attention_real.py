@@ -38,7 +38,7 @@ from gpu import buffer_pool_graphs as bpg  # blocks aiter first
 from testkit.decode_batch import Batch
 from testkit.doubles.aiter_triton import LoadedKernel, loaded, tree_at
 from testkit.sglang_setup import SCENARIOS, configure, write_model_dir
-from testkit.unified_kernel import make_layer, reference_rows
+from testkit.unified_kernel import fill_paged_requests, make_layer, reference_rows
 
 emit = bpg.emit
 DRAFT = 4
@@ -243,7 +243,7 @@ def main() -> None:
     model_dir = write_model_dir(Path(os.environ.get("TMPDIR", "/tmp")) / "tiny-llama-unified")
     setup = configure(model_dir, SCENARIOS[args.scenario],
                           (*bpg.FLAGS, "--dtype", args.dtype), device=args.device, pool=args.pool)
-    bpg.fill_requests(setup.runner, args.pool, seed=0)
+    fill_paged_requests(setup.runner, args.pool, bpg.PAGE, seed=0)
     emit(part="config", scenario=args.scenario, pool=args.pool, capture_bs=setup.capture_bs,
          max_bs=setup.max_bs)
     with setup.scope:

@@ -75,6 +75,29 @@ class DecodeBatch:
         )
         return out
 
+    def capture(self, layer: Any) -> tuple[Any, torch.Tensor]:
+        """As sglang's graph runner does: the capture metadata, a warm-up forward, then the
+        forward captured in a CUDA graph. Returns the graph and its output tensor."""
+        self.metadata(in_capture=True)
+        self.forward(layer)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = self.forward(layer)
+        return graph, out
+
+    def run(self, layer: Any, reqs: list[int], lens: list[int], q: torch.Tensor,
+            captured: tuple[Any, torch.Tensor] | None = None) -> torch.Tensor:
+        """Set the batch, write its replay metadata, then replay ``captured`` (from
+        :meth:`capture`) or, without it, run the forward eagerly. Returns the output."""
+        self.set(reqs, lens, q)
+        self.metadata(in_capture=False)
+        if captured is None:
+            return self.forward(layer)
+        graph, out = captured
+        graph.replay()
+        return out
+
 
 def draft_batch(runner: Any, bs: int, device: str, seq_len: int = 9) -> Batch:
     """What the EAGLE draft graph runner hands the multi-step draft wrapper for ``bs`` sequences

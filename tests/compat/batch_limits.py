@@ -267,16 +267,11 @@ def _render(results: list[dict[str, Any]], command: str, date: str) -> str:
             f"{sum(r['upstream'].startswith(('short', 'wrong')) for r in measured)} | "
             f"{sum(not r['aiter_ext'].startswith('correct') for r in measured)} |")
     out.append("")
-    for res in results:
-        out += [f"## sglang {res['release']}", "",
-                "| configuration | path | largest batch | from | upstream `aiter` | `aiter-ext` |",
-                "| --- | --- | --- | --- | --- | --- |"]
-        for r in res["rows"]:
-            size = "-" if r["largest"] is None else str(r["largest"])
-            cells = [r["configuration"], r["path"], size, r["source"], r["upstream"],
-                     r["aiter_ext"]]
-            out.append("| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |")
-        out.append("")
+    out += per_release.release_tables(
+        results, ("configuration", "path", "largest batch", "from", "upstream `aiter`",
+                  "`aiter-ext`"),
+        lambda r: (r["configuration"], r["path"], r["largest"], r["source"], r["upstream"],
+                   r["aiter_ext"]))
     return "\n".join(out)
 
 

@@ -409,17 +409,11 @@ def _render(results: list[dict[str, Any]], command: str, date: str) -> str:
             cells.append(", ".join(bad) if bad else "none")
         out.append(f"| {res['release']} | {cells[0]} | {cells[1]} |")
     out.append("")
-    for res in results:
-        out += [f"## sglang {res['release']}", "",
-                "| backend | path | page | buffer | rows x per row | allocated | needed | ran | "
-                "verdict |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for r in res["rows"]:
-            cells = [r["kind"], r["path"], r["page"], r["buffer"], f"{r['rows']} x {r['per_row']}",
-                     r["allocated"], r["needed"], "yes" if r["ran"] else "sizes",
-                     r["verdict"]]
-            out.append("| " + " | ".join("-" if c is None else str(c).replace("|", "/")
-                                         for c in cells) + " |")
-        out.append("")
+    out += per_release.release_tables(
+        results, ("backend", "path", "page", "buffer", "rows x per row", "allocated", "needed",
+                  "ran", "verdict"),
+        lambda r: (r["kind"], r["path"], r["page"], r["buffer"], f"{r['rows']} x {r['per_row']}",
+                   r["allocated"], r["needed"], "yes" if r["ran"] else "sizes", r["verdict"]))
     return "\n".join(out)
 
 

@@ -9,11 +9,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ROOT", "main", "run_release"]
+__all__ = ["ROOT", "main", "release_tables", "run_release"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,3 +55,17 @@ def main(argv: list[str] | None, *, doc: str, script: str, default: list[str],
     out_md.write_text(render(results, command, date) + "\n")
     print(f"wrote {out_md.relative_to(ROOT)}")
     return 0
+
+
+def release_tables(results: list[dict[str, Any]], columns: Sequence[str],
+                   cells: Callable[[dict[str, Any]], Sequence[Any]]) -> list[str]:
+    """A Markdown table a release: ``columns`` as its header, ``cells(row)`` for each of the
+    release's rows (``None`` shows as ``-``)."""
+    out: list[str] = []
+    for res in results:
+        out += [f"## sglang {res['release']}", "", "| " + " | ".join(columns) + " |",
+                "| " + " | ".join("---" for _ in columns) + " |"]
+        out += ["| " + " | ".join("-" if c is None else str(c).replace("|", "/")
+                                  for c in cells(r)) + " |" for r in res["rows"]]
+        out.append("")
+    return out

@@ -121,6 +121,10 @@ def server_gpu(data: dict[str, Any], _: Path) -> list[str]:
     lines += ["",
               f"- Decode throughput, `aiter-ext / aiter`: **{data['throughput_ratio']:.3f}** "
               f"(noise, `aiter` against itself: {data['throughput_noise']:.3f}).",
+              *([f"- The same ratio round by round (each round's `aiter-ext` over its `aiter`): "
+                 f"**{fmt(data['paired_ratio'], '', 3).replace('  ', ' ')}**; noise "
+                 f"{fmt(data['paired_noise'], '', 3).replace('  ', ' ')}."]
+                if "paired_ratio" in data else []),
               f"- Start-up to ready, `aiter-ext / aiter`: **{data['ready_ratio']:.3f}** "
               f"(noise: {data['ready_noise']:.3f}; one start each).", ""]
     return lines

@@ -43,7 +43,7 @@ from sglang_aiter_plugin.plugin.spec import FixContext
 __all__ = ["PARALLEL_STATE", "CollectiveFix", "Decision", "Method", "Plan",
            "all_gather_unregistered",
            "communicator_view", "fused_unregistered", "install",
-           "is_installed", "plan_for", "reduce_scatter_unregistered"]
+           "is_installed", "plan_for", "qknorm_unregistered", "reduce_scatter_unregistered"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
 logger = logging.getLogger("sglang_aiter_plugin")
@@ -103,11 +103,11 @@ def all_gather_unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
     return comm.all_gather_unreg(*args, **kwargs)
 
 
-def fused_unregistered(method: str, *names: str) -> Callable[..., Any]:
+def fused_unregistered(method: str, *names: str, **fixed: Any) -> Callable[..., Any]:
     """A fused call's form that registers nothing: ``comm.method(..., registered=False)`` (aiter's
     ``fused_ar_rms[_per_group_quant]``, as sglang's piecewise-graph branch uses), the arguments
-    after ``eps`` passed by their ``names``; ``None`` ("fusion unavailable") where aiter's gate
-    says no or the communicator lacks ``method``."""
+    after ``eps`` passed by their ``names``, plus ``fixed``; ``None`` ("fusion unavailable") where
+    aiter's gate says no or the communicator lacks ``method``."""
 
     def unregistered(comm: Any, input: Any, residual_inp: Any, weight: Any, eps: float,
                      *rest: Any, **kwargs: Any) -> Any:
@@ -123,8 +123,21 @@ def fused_unregistered(method: str, *names: str) -> Callable[..., Any]:
                         method, _FUSED_FORMS[form])
         if fused is None:
             return None
-        return fused(input, residual_inp, w=weight, eps=eps, registered=False,
+        return fused(input, residual_inp, w=weight, eps=eps, registered=False, **fixed,
                      **dict(zip(names, rest, strict=False)), **kwargs)
+
+    return unregistered
+
+
+def qknorm_unregistered(method: str) -> Callable[..., Any]:
+    """A fused qk-norm all-reduce's form that registers nothing: ``comm.method(...,
+    registered=False)`` (aiter's ``fused_qknorm_ar[_rope]``, same arguments); aiter's own
+    ``custom_<method>`` where the communicator is disabled (it then runs no collective)."""
+
+    def unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
+        if comm.disabled:
+            return getattr(comm, f"custom_{method}")(*args, **kwargs)
+        return getattr(comm, method)(*args, registered=False, **kwargs)
 
     return unregistered
 
@@ -262,6 +275,12 @@ class CollectiveFix:
         names = " and ".join(f"GroupCoordinator.{name}" for name, _ in found)
         note = f" ({', '.join(absent)}: not in {release})" if absent else ""
         needed = [(name, result) for name, result in found if result.ignored]
+        formless = sorted({c for _, r in needed for c in r.registering if c not in self.forms})
+        if formless:  # a wrapper could not take it off the registered path
+            return self._decided(FixState.FAILED, f"{release}'s {names} register during capture "
+                                 f"through aiter's {', '.join(formless)}, which has no "
+                                 "unregistered form the plugin knows; sglang unchanged, please "
+                                 "report this sglang release")
         if not needed:
             honoured = ", ".join(Condition) if found else "-"  # no method ignores any
             verb = "captures" if len(found) == 1 else "capture"

@@ -167,6 +167,62 @@ def test_fused_view_keeps_aiters_own_gate(logged: Any) -> None:
     assert logged() == []
 
 
+def test_all_gather_view_keeps_the_output_aiter_allocates_when_given_none() -> None:
+    comm = RecordingCommunicator(capturing=True)
+    got = all_gather_view(comm).all_gather_reg(torch.ones((3, 8)), dim=0)
+    assert comm.calls == [("all_gather_unreg", False)]
+    assert tuple(got.shape) == (6, 8)
+    assert got[5, 0].item() == OUT
+
+
+@pytest.fixture
+def stream_capturing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+
+
+@pytest.mark.usefixtures("stream_capturing")
+def test_reduce_scatter_view_returns_what_aiter_returns_and_leaves_its_own_call_alone() -> None:
+    """aiter's ``reduce_scatter`` returns nothing; its ``custom_reduce_scatter`` (``None`` even on
+    success) follows the communicator flag itself and is not one the view replaces."""
+    comm = RecordingCommunicator(capturing=True, register_flag=False)
+    out = torch.zeros((1, 8))
+    view = reduce_scatter_view(comm)
+    assert view.reduce_scatter(torch.ones((2, 8)), out, registered=True) is None
+    assert view.custom_reduce_scatter(torch.ones((2, 8)), out) is None
+    assert comm.calls == [("reduce_scatter", False), ("reduce_scatter", False)]
+    assert out[0, 0].item() == OUT
+
+
+@pytest.mark.parametrize(("call", "args", "made", "outputs"), [
+    ("custom_fused_ar_rms_quant", (X, X, W, 1e-6, True), "fused_ar_rms", 3),
+    ("custom_fused_ar_rms_mxfp4_quant", (X, X, W, 1e-6, False, True),
+     "fused_ar_rms_mxfp4_quant", 4),
+    ("custom_fused_qknorm_ar", (torch.ones((2, 192)), W[:64], W[:64], 1e-6),
+     "fused_qknorm_ar", 3),
+    ("custom_fused_qknorm_ar_rope", (torch.ones((2, 192)), W[:64], W[:64], torch.ones((8, 64)),
+                                     torch.zeros(2), 64, 64, 1e-6), "fused_qknorm_ar_rope", 3),
+])
+@pytest.mark.usefixtures("stream_capturing")
+def test_fused_view_gives_aiters_further_fused_calls_their_unregistered_counterpart(
+    logged: Any, call: str, args: tuple[Any, ...], made: str, outputs: int
+) -> None:
+    comm = RecordingCommunicator(capturing=True)
+    got = getattr(fused_view(comm), call)(*args)
+    assert comm.calls == [(made, False)]
+    assert len(got) == outputs
+    assert got[0].flatten()[0].item() == OUT
+    getattr(comm, call)(*args)  # aiter's own call, during the same capture, registers
+    assert comm.calls[-1] == (made, True)
+
+
+def test_the_qknorm_view_keeps_aiters_answer_for_a_disabled_communicator() -> None:
+    comm = RecordingCommunicator(capturing=True)
+    comm.disabled = True
+    q, k, v = fused_view(comm).custom_fused_qknorm_ar(torch.ones((2, 192)), W[:64], W[:96], 1e-6)
+    assert comm.calls == []  # no collective, as aiter: unfilled outputs of the right widths
+    assert (q.shape[1], k.shape[1], v.shape[1]) == (64, 96, 32)
+
+
 @pytest.mark.parametrize("view", [reduce_scatter_view, all_gather_view,
                                   fused_view])
 def test_views_answer_hasattr_as_the_communicator_does(view: Any) -> None:

@@ -16,7 +16,7 @@ import ast
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from sglang_aiter_plugin.fixes.collectives.fix import CollectiveFix
+from sglang_aiter_plugin.fixes.collectives.fix import UNREGISTERED, CollectiveFix
 from sglang_aiter_plugin.fixes.collectives.probe import AITER_CALLS, NO_COLLECTIVE
 
 __all__ = ["ALL_REDUCE", "NOT_AITERS", "CommunicatorCall", "communicator_calls", "known_as"]
@@ -85,6 +85,6 @@ def known_as(call: CommunicatorCall, fixes: Iterable[CollectiveFix]) -> str | No
     if call.name in NOT_AITERS:
         return "not a method of aiter's communicator"
     for fix in fixes:
-        if call.name in fix.forms and call.method in {m.name for m in fix.methods}:
+        if call.name in UNREGISTERED and call.method in {m.name for m in fix.methods}:
             return f"probed by {fix.name}, which has its unregistered form"
     return None

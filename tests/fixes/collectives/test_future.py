@@ -157,9 +157,8 @@ def test_a_new_method_calling_aiters_qknorm_all_reduce_is_fixed_once_a_fix_lists
     shapes = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
     rest = tuple(a for a in args if not isinstance(a, torch.Tensor))
     listing = CollectiveFix(
-        "capture-qknorm", "fused qk-norm all-reduce", forms=FUSED_AR_RMSNORM.forms,
-        invoke=calling_with(*shapes, then=rest), methods=(Method(name, (params,)),),
-        how="its unregistered form", ledger="")
+        "capture-qknorm", "fused qk-norm all-reduce", invoke=calling_with(*shapes, then=rest),
+        methods=(Method(name, (params,)),), how="its unregistered form", ledger="")
     status, cls, _ = _decided(listing, {name: method})
     assert status.state is FixState.APPLIED, status
     assert _captured(cls, name, args, True, monkeypatch) == [(unregistered, False)]

@@ -131,8 +131,9 @@ def fused_unregistered(method: str, *names: str, **fixed: Any) -> Callable[..., 
 
 def qknorm_unregistered(method: str) -> Callable[..., Any]:
     """A fused qk-norm all-reduce's form that registers nothing: ``comm.method(...,
-    registered=False)`` (aiter's ``fused_qknorm_ar[_rope]``, same arguments); aiter's own
-    ``custom_<method>`` where the communicator is disabled (it then runs no collective)."""
+    registered=False)`` (aiter's ``fused_qknorm_ar[_rope]``, same arguments, which its
+    ``custom_<method>`` calls, so a communicator has both); aiter's own ``custom_<method>`` where
+    the communicator is disabled (it then runs no collective)."""
 
     def unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
         if comm.disabled:

@@ -175,11 +175,11 @@ class CaptureCommunicator:
         aiter = AITER_CALLS[method]
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            given = inspect.signature(aiter.result).bind(*args, **kwargs).arguments
-            if aiter.gate is not None and not aiter.gate(self, *args, **kwargs):
+            given = inspect.signature(aiter.result).bind(*args, **kwargs)  # aiter's parameters
+            if aiter.gate is not None and not aiter.gate(self, *given.args, **given.kwargs):
                 return aiter.result(*args, **kwargs) if aiter.gated_outputs else None
             made = (self.enable_register_for_capturing if aiter.registers == "flag"
-                    else given.get("registered", False) if aiter.registers == "given"
+                    else given.arguments.get("registered", False) if aiter.registers == "given"
                     else aiter.registers)
             self.calls.append((method, bool(made)))
             return aiter.result(*args, **kwargs)

@@ -211,3 +211,11 @@ def test_the_probe_knows_aiters_further_fused_calls_and_their_counterparts() -> 
     assert comm.custom_fused_ar_rms_quant(x, x, w, 1e-6, True) is None
     assert len(comm.custom_fused_qknorm_ar(x, w, w, 1e-6)) == 3  # aiter's outputs, no collective
     assert len(comm.calls) == 9
+
+
+def test_the_probes_gates_read_arguments_passed_by_name() -> None:
+    comm = CaptureCommunicator(register_flag=False)
+    x, out = torch.empty((2, 8)), torch.empty((1, 8))
+    assert comm.custom_reduce_scatter(input=x, output=out, dim=0) is None
+    assert comm.custom_all_reduce(input=x) is x
+    assert comm.calls == [("custom_reduce_scatter", False), ("custom_all_reduce", False)]

@@ -47,8 +47,8 @@ MODULES = (
     "backend.defects", "backend.graph_metadata", "backend.graph_state", "backend.page_table",
     "backend.pool", "backend.widths", "cli", "fixes", "fixes.attention_backend",
     "fixes.attention_backend.choice", "fixes.attention_backend.fix",
-    "fixes.attention_backend.sites", "fixes.collectives", "fixes.collectives.fix",
-    "fixes.collectives.probe", "plugin", "plugin.manager", "plugin.spec",
+    "fixes.attention_backend.sites", "fixes.collectives", "fixes.collectives.calls",
+    "fixes.collectives.fix", "fixes.collectives.probe", "plugin", "plugin.manager", "plugin.spec",
 )
 _T = TypeVar("_T")
 
@@ -108,6 +108,7 @@ def collect(selected_backend: str | None = None) -> Report:
     fixes = report.run("fixes", _check_fixes)
     if selected_backend is not None and fixes is not None:
         report.run("selection", _check_selection, selected_backend, bool(loaded), *fixes)
+    report.run("collectives", _communicator_calls)
     report.run("package", _check_package)  # last: it imports what a launch imports later
     report.run("backend", _upstream_defects)
     report.run("naming", _naming)
@@ -173,6 +174,30 @@ def _check_package(report: Report) -> None:
         report.add("package", FAIL, f"{', '.join(names)} {verb} not import: {cause}")
     if not missing and not broken:
         report.add("package", OK, f"all {len(MODULES)} modules import, from {where}")
+
+
+def _communicator_calls(report: Report, path: str | None = None) -> None:
+    """The canary over sglang's ``parallel_state`` (``path``: its source, the installed one by
+    default): a warning for each call on aiter's communicator the plugin does not know."""
+    import importlib.util
+    from pathlib import Path
+
+    from sglang_aiter_plugin.fixes.collectives import FIXES
+    from sglang_aiter_plugin.fixes.collectives.calls import communicator_calls, known_as
+    from sglang_aiter_plugin.fixes.collectives.fix import PARALLEL_STATE
+
+    if path is None:
+        path = getattr(importlib.util.find_spec(PARALLEL_STATE), "origin", None) or "?"
+    calls = communicator_calls(Path(path).read_text())
+    unknown = [c for c in calls if known_as(c, FIXES) is None]
+    for c in unknown:
+        report.add("collectives", WARN, f"GroupCoordinator.{c.method} calls aiter's "
+                   f"ca_comm.{c.name} ({path}:{c.line}), which the plugin does not know: it may "
+                   "register the caller's tensors during CUDA-graph capture, with no fix to take "
+                   "it off that path; please report this sglang release")
+    if not unknown:
+        report.add("collectives", OK, f"all {len(calls)} calls sglang's GroupCoordinator makes "
+                   "on aiter's communicator are known to the plugin")
 
 
 def _upstream_defects(report: Report) -> None:

@@ -8,6 +8,7 @@ process. The default run goes through the console script, the others through its
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -82,6 +83,7 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
     assert [n for n in checks if n.startswith("fix ")] == [  # only the fixes that can act
         "fix attention-backend", *(f"fix {fix}" for fix in fixes)]
     assert checks["switches"]["summary"].endswith("batch bounds check: off")
+    assert checks["collectives"]["level"] == "ok"  # the canary: every call known
     assert checks["package"]["summary"] == (
         f"all {len(_doctor.MODULES)} modules import, from {ROOT / 'sglang_aiter_plugin'}")
     # which of upstream's defects this release has: the graph-buffer width ones only before 0.5.13
@@ -322,6 +324,46 @@ def test_a_module_that_does_not_import_is_a_failing_row_naming_it(
                                  "ImportError: cannot import sglang_aiter_plugin.backend.capacity")
     assert rows[2][1].startswith("sglang_aiter_plugin.cli does not import: ImportError")
     assert report.exit_code == 1
+
+
+def test_the_collectives_row_says_every_call_of_the_installed_release_is_known() -> None:
+    from sglang_aiter_plugin.fixes.collectives.calls import communicator_calls
+
+    report = _doctor.Report()
+    _doctor._communicator_calls(report)
+    spec = importlib.util.find_spec("sglang.srt.distributed.parallel_state")
+    assert spec is not None
+    assert spec.origin is not None
+    count = len(communicator_calls(Path(spec.origin).read_text()))
+    assert [(c.name, c.level, c.summary) for c in report.checks] == [
+        ("collectives", "ok", f"all {count} calls sglang's GroupCoordinator makes on aiter's "
+         "communicator are known to the plugin")]
+
+
+def test_the_collectives_row_warns_with_the_site_of_each_call_it_does_not_know(
+        tmp_path: Path) -> None:
+    """A simulated ``parallel_state.py``: one call the plugin knows, two it does not."""
+    source = tmp_path / "parallel_state.py"
+    source.write_text(
+        "class GroupCoordinator:\n"
+        "    def _all_gather_into_tensor(self, output, input):\n"
+        "        self.ca_comm.all_gather_reg(input, out=output)\n"
+        "    def fused_qknorm_allreduce(self, qkv, q_w, k_w, eps):\n"
+        "        comm = self.ca_comm\n"
+        "        return comm.custom_fused_qknorm_ar(qkv, q_w, k_w, eps)\n"
+        "    def gather(self, input):\n"
+        "        return self.ca_comm.all_gather_reg(input)\n")
+    report = _doctor.Report()
+    _doctor._communicator_calls(report, str(source))
+    assert [(c.name, c.level) for c in report.checks] == [("collectives", "warn")] * 2
+    assert report.checks[0].summary == (
+        "GroupCoordinator.fused_qknorm_allreduce calls aiter's ca_comm.custom_fused_qknorm_ar "
+        f"({source}:6), which the plugin does not know: it may register the caller's tensors "
+        "during CUDA-graph capture, with no fix to take it off that path; please report this "
+        "sglang release")
+    assert report.checks[1].summary.startswith(
+        f"GroupCoordinator.gather calls aiter's ca_comm.all_gather_reg ({source}:8), ")
+    assert report.exit_code == 0  # a warning: the launch is not stopped
 
 
 LOADER_ERROR_0_5_10 = (

@@ -20,9 +20,10 @@ DOUBLES: dict[str, str] = {
     "unified_attention loads without ROCm (stub parent packages, a HIP target while aiter's "
     "arch detection imports)",
     "bare_model_runner": "a model runner that carries only its server arguments",
-    "communicator": "aiter's custom all-reduce communicator, recording what it is asked (CPU)",
+    "communicator": "aiter's custom all-reduce communicator (ROCm/aiter e4048607), recording what "
+    "it is asked (CPU)",
     "future_collectives": "collective methods as a future sglang might write them (honouring "
-    "every switch, or with a changed signature)",
+    "every switch, with a changed signature, or calling aiter's further fused collectives)",
     "model_runner": "the model-runner attributes a backend reads (pools, sizes, device)",
     "reducing_communicator": "aiter's communicator doing real collectives on the stream (GPU)",
     "rocm_platform": "the ROCm host itself (sglang's platform answers, not torch's)",

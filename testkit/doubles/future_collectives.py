@@ -1,7 +1,10 @@
 """Doubles of ``GroupCoordinator`` collective methods as a future sglang might write them.
 
-No released sglang honours every switch the collective fixes add, so the fixes' ``not needed``
-path and their refusal of a changed signature can only be exercised with stand-ins for those
+No released sglang honours every switch the collective fixes add, calls aiter's further fused
+collectives (ROCm/aiter e4048607: ``custom_fused_ar_rms_quant``, ``..._mxfp4_quant``,
+``custom_fused_qknorm_ar[_rope]``) or the output aiter allocates, so the fixes' ``not needed``
+path, their refusal of a changed signature or of a call they cannot take off the registered
+path, and what they do with those calls can only be exercised with stand-ins for those
 methods. Each reads the module-level names sglang's methods read (``is_hip``, ``envs``,
 ``torch``, ``is_in_tc_piecewise_cuda_graph``, ``_AITER_CAPTURE_COPY_IN``): the names the fixes'
 probes substitute (so each function spells its checks out itself). The capture decision is the
@@ -16,9 +19,11 @@ from typing import Any
 
 import torch
 
-__all__ = ["all_gather_honouring_every_switch", "fused_honouring_every_switch",
-           "quant_honouring_every_switch", "reduce_scatter_honouring_every_switch",
-           "with_an_extra_parameter"]
+__all__ = ["all_gather_honouring_every_switch", "all_gather_into_aiters_output",
+           "all_gather_through_custom_all_gather", "fused_calling_mxfp4_quant",
+           "fused_calling_per_token_quant", "fused_honouring_every_switch", "qknorm_allreduce",
+           "qknorm_rope_allreduce", "quant_honouring_every_switch",
+           "reduce_scatter_honouring_every_switch", "with_an_extra_parameter"]
 
 _AITER_CAPTURE_COPY_IN = os.environ.get("SGLANG_AITER_CAPTURE_COPY_IN", "0") == "1"
 
@@ -104,3 +109,66 @@ def quant_honouring_every_switch(self: Any, input_: Any, residual_inp_: Any, wei
 def with_an_extra_parameter(self: Any, output: Any, input: Any, dim: int = 0) -> bool:
     """Same behaviour, new signature: a wrapper written for (self, output, input) must refuse it."""
     return reduce_scatter_honouring_every_switch(self, output, input)
+
+
+def fused_calling_per_token_quant(self: Any, input_: Any, residual_inp_: Any, weight_: Any,
+                                  eps: float) -> Any:
+    """``fused_allreduce_rmsnorm`` fused with aiter's per-token FP8 quant, called as 0.5.23 calls
+    ``custom_fused_ar_rms`` (which registers during a capture)."""
+    comm = self.ca_comm
+    if comm is None or getattr(comm, "disabled", True):
+        return None
+    if not hasattr(comm, "custom_fused_ar_rms_quant"):
+        return None
+    return comm.custom_fused_ar_rms_quant(input_, residual_inp_, weight_, eps, True)
+
+
+def fused_calling_mxfp4_quant(self: Any, input_: Any, residual_inp_: Any, weight_: Any,
+                              eps: float) -> Any:
+    """``fused_allreduce_rmsnorm`` fused with aiter's MXFP4 quant, called the same way."""
+    comm = self.ca_comm
+    if comm is None or getattr(comm, "disabled", True):
+        return None
+    if not hasattr(comm, "custom_fused_ar_rms_mxfp4_quant"):
+        return None
+    return comm.custom_fused_ar_rms_mxfp4_quant(input_, residual_inp_, weight_, eps)
+
+
+def qknorm_allreduce(self: Any, qkv: Any, q_w: Any, k_w: Any, eps: float) -> Any:
+    """A new method: the all-reduce fused with the q/k RMSNorm (aiter's
+    ``custom_fused_qknorm_ar``)."""
+    comm = self.ca_comm
+    if comm is None or getattr(comm, "disabled", True):
+        return None
+    return comm.custom_fused_qknorm_ar(qkv, q_w, k_w, eps)
+
+
+def qknorm_rope_allreduce(self: Any, qkv: Any, q_w: Any, k_w: Any, cos_sin_cache: Any,
+                          positions: Any, head_dim: int, rotary_dim: int, eps: float) -> Any:
+    """The same with rotary embedding (aiter's ``custom_fused_qknorm_ar_rope``)."""
+    comm = self.ca_comm
+    if comm is None or getattr(comm, "disabled", True):
+        return None
+    return comm.custom_fused_qknorm_ar_rope(qkv, q_w, k_w, cos_sin_cache, positions, head_dim,
+                                            rotary_dim, eps)
+
+
+def all_gather_through_custom_all_gather(self: Any, output: Any, input: Any) -> None:
+    """The all-gather through aiter's own ``custom_all_gather``, which registers during a
+    capture per the communicator flag only (no unregistered form the plugin could hand it)."""
+    comm = self.ca_comm
+    if not is_hip() or comm is None or comm.disabled:
+        raise NotImplementedError("the double has only the AITER path")
+    output.copy_(comm.custom_all_gather(input, dim=0))
+
+
+def all_gather_into_aiters_output(self: Any, output: Any, input: Any) -> None:
+    """0.5.15's all-gather, except that it copies from the output aiter allocates (no ``out=``)."""
+    comm = self.ca_comm
+    if not is_hip() or comm is None or comm.disabled:
+        raise NotImplementedError("the double has only the AITER path")
+    if (comm._IS_CAPTURING and torch.cuda.is_current_stream_capturing()
+            and not envs.SGLANG_MEMORY_SAVER_CUDA_GRAPH.get()):
+        output.copy_(comm.all_gather_reg(input, dim=0))
+    else:
+        output.copy_(comm.all_gather_unreg(input, dim=0))

@@ -13,13 +13,7 @@ fails on a release that does not).
 
 from __future__ import annotations
 
-from sglang_aiter_plugin.fixes.collectives.fix import (
-    CollectiveFix,
-    Method,
-    all_gather_unregistered,
-    fused_unregistered,
-    reduce_scatter_unregistered,
-)
+from sglang_aiter_plugin.fixes.collectives.fix import CollectiveFix, Method
 from sglang_aiter_plugin.fixes.collectives.probe import calling_with
 
 __all__ = ["ALL_GATHER", "FIXES", "FUSED_AR_RMSNORM", "REDUCE_SCATTER"]
@@ -30,7 +24,6 @@ _HIDDEN = 128  # a multiple of the per-group quant's group size
 
 ALL_GATHER = CollectiveFix(
     "capture-all-gather", "all-gather", invoke=calling_with((2, 8), (1, 8)),
-    forms={"all_gather_reg": all_gather_unregistered},
     methods=(Method("_all_gather_into_tensor", (("self", "output", "input"),)),),
     ledger="""\
 Fix ``capture-all-gather``: no IPC registration of an all-gather's input when it cannot work.
@@ -60,7 +53,6 @@ Remove when:
 
 REDUCE_SCATTER = CollectiveFix(
     "capture-reduce-scatter", "reduce-scatter", invoke=calling_with((1, 8), (2, 8)),
-    forms={"reduce_scatter": reduce_scatter_unregistered},
     methods=(Method("_maybe_aiter_reduce_scatter", (("self", "output", "input"),)),),
     ledger="""\
 Fix ``capture-reduce-scatter``: no IPC registration of a reduce-scatter's input when unsafe.
@@ -90,11 +82,6 @@ Remove when:
 FUSED_AR_RMSNORM = CollectiveFix(
     "capture-fused-ar-rmsnorm", "fused all-reduce+RMSNorm",
     invoke=calling_with((1, _HIDDEN), (1, _HIDDEN), (_HIDDEN,), then=(1e-6,)),
-    forms={"custom_fused_ar_rms": fused_unregistered(
-               "fused_ar_rms", "use_1stage", "out_hidden_dim", "gemma_norm"),
-           "custom_fused_ar_rms_per_group_quant": fused_unregistered(
-               "fused_ar_rms_per_group_quant", "group_size", "use_1stage", "emit_bf16",
-               "transpose_scale")},
     methods=(
         Method("fused_allreduce_rmsnorm", (_FUSED,)),
         Method("fused_allreduce_rmsnorm_quant_per_group", (_QUANT, (*_QUANT, "transpose_scale")),
@@ -117,7 +104,10 @@ How:
     unregistered form sglang's own piecewise-graph branch uses,
     ``fused_ar_rms[_per_group_quant](..., registered=False)``, where it has one; else the call
     gives ``None``, sglang's "fusion unavailable", and sglang runs its unfused all-reduce (which
-    honours the conditions) and RMSNorm (which of the two is logged once per process).
+    honours the conditions) and RMSNorm (which of the two is logged once per process). aiter's
+    other fused calls that register (``custom_fused_ar_rms_quant``, ``..._mxfp4_quant``,
+    ``custom_fused_qknorm_ar[_rope]``; no release calls them yet) get their unregistered forms
+    (``fix.UNREGISTERED``) in any wrapped method that starts calling them.
 Upstream PR:
     None yet (neither in sglang nor in aiter's ``custom_fused_ar_rms``).
 Remove when:

@@ -6,7 +6,7 @@ missing, changed or never calls aiter; ``not needed`` where the probe (:mod:`.pr
 capture condition ignored; else ``applied``, with one wrapper per such method set on
 ``GroupCoordinator``. Outside the communicator's capture mode a wrapper calls sglang's method as is;
 while the stream captures under a condition sglang ignores (:class:`Plan`), the method gets a view
-of aiter's communicator whose registering call is its unregistered form.
+of aiter's communicator whose registering calls are their unregistered forms (:data:`UNREGISTERED`).
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ from sglang_aiter_plugin.fixes.collectives.probe import (
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
-__all__ = ["PARALLEL_STATE", "CollectiveFix", "Decision", "Method", "Plan",
+__all__ = ["PARALLEL_STATE", "UNREGISTERED", "CollectiveFix", "Decision", "Method", "Plan",
            "all_gather_unregistered",
            "communicator_view", "fused_unregistered", "install",
-           "is_installed", "plan_for", "reduce_scatter_unregistered"]
+           "is_installed", "plan_for", "qknorm_unregistered", "reduce_scatter_unregistered"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
 logger = logging.getLogger("sglang_aiter_plugin")
@@ -103,11 +103,11 @@ def all_gather_unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
     return comm.all_gather_unreg(*args, **kwargs)
 
 
-def fused_unregistered(method: str, *names: str) -> Callable[..., Any]:
+def fused_unregistered(method: str, *names: str, **fixed: Any) -> Callable[..., Any]:
     """A fused call's form that registers nothing: ``comm.method(..., registered=False)`` (aiter's
     ``fused_ar_rms[_per_group_quant]``, as sglang's piecewise-graph branch uses), the arguments
-    after ``eps`` passed by their ``names``; ``None`` ("fusion unavailable") where aiter's gate
-    says no or the communicator lacks ``method``."""
+    after ``eps`` passed by their ``names``, plus ``fixed``; ``None`` ("fusion unavailable") where
+    aiter's gate says no or the communicator lacks ``method``."""
 
     def unregistered(comm: Any, input: Any, residual_inp: Any, weight: Any, eps: float,
                      *rest: Any, **kwargs: Any) -> Any:
@@ -123,10 +123,44 @@ def fused_unregistered(method: str, *names: str) -> Callable[..., Any]:
                         method, _FUSED_FORMS[form])
         if fused is None:
             return None
-        return fused(input, residual_inp, w=weight, eps=eps, registered=False,
+        return fused(input, residual_inp, w=weight, eps=eps, registered=False, **fixed,
                      **dict(zip(names, rest, strict=False)), **kwargs)
 
     return unregistered
+
+
+def qknorm_unregistered(method: str) -> Callable[..., Any]:
+    """A fused qk-norm all-reduce's form that registers nothing: ``comm.method(...,
+    registered=False)`` (aiter's ``fused_qknorm_ar[_rope]``, same arguments, which its
+    ``custom_<method>`` calls, so a communicator has both); aiter's own ``custom_<method>`` where
+    the communicator is disabled (it then runs no collective)."""
+
+    def unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
+        if comm.disabled:
+            return getattr(comm, f"custom_{method}")(*args, **kwargs)
+        return getattr(comm, method)(*args, registered=False, **kwargs)
+
+    return unregistered
+
+
+#: Each call of aiter's communicator (ROCm/aiter e4048607) that registers the caller's tensors
+#: during a capture -> its unregistered form, which every wrapped method's capture gets instead
+#: under a condition sglang ignores (whichever of these calls the method makes).
+UNREGISTERED: dict[str, Callable[..., Any]] = {
+    "all_gather_reg": all_gather_unregistered,
+    "reduce_scatter": reduce_scatter_unregistered,
+    "custom_fused_ar_rms": fused_unregistered(
+        "fused_ar_rms", "use_1stage", "out_hidden_dim", "gemma_norm"),
+    "custom_fused_ar_rms_quant": fused_unregistered(
+        "fused_ar_rms", "use_1stage", "gemma_norm", "emit_bf16", post_per_token_quant=True),
+    "custom_fused_ar_rms_per_group_quant": fused_unregistered(
+        "fused_ar_rms_per_group_quant", "group_size", "use_1stage", "emit_bf16",
+        "transpose_scale"),
+    "custom_fused_ar_rms_mxfp4_quant": fused_unregistered(
+        "fused_ar_rms_mxfp4_quant", "use_1stage", "emit_bf16"),
+    "custom_fused_qknorm_ar": qknorm_unregistered("fused_qknorm_ar"),
+    "custom_fused_qknorm_ar_rope": qknorm_unregistered("fused_qknorm_ar_rope"),
+}
 
 
 def is_installed(cls: type, name: str) -> bool:
@@ -166,18 +200,16 @@ class Decision(NamedTuple):
 class CollectiveFix:
     """A collective fix as a pluggy plugin (its ledger as ``__doc__``; ``title``: the collective,
     in statuses): on ROCm, once sglang has imported ``parallel_state``, it wraps ``methods``
-    (each probed with ``invoke``) where sglang ignores a capture condition, with the unregistered
-    ``forms``; ``how``: for the ``applied`` status."""
+    (each probed with ``invoke``) where sglang ignores a capture condition, with the
+    :data:`UNREGISTERED` forms; ``how``: for the ``applied`` status."""
 
-    def __init__(self, name: str, title: str, *, invoke: Invoke,
-                 forms: Mapping[str, Callable[..., Any]], methods: tuple[Method, ...], how: str,
-                 ledger: str) -> None:
+    def __init__(self, name: str, title: str, *, invoke: Invoke, methods: tuple[Method, ...],
+                 how: str, ledger: str) -> None:
         self.name = name
         self.title = title
         self.__doc__ = ledger
         self.methods = methods
         self.invoke = invoke
-        self.forms = forms
         self.how = how
         self.plan: Plan | None = None
 
@@ -218,7 +250,7 @@ class CollectiveFix:
 
         if not torch.cuda.is_current_stream_capturing():
             return coordinator
-        return Overlay(coordinator, {"ca_comm": communicator_view(communicator, self.forms)})
+        return Overlay(coordinator, {"ca_comm": communicator_view(communicator, UNREGISTERED)})
 
     def wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """The wrapper for one of :attr:`methods` (the module docstring)."""
@@ -262,6 +294,12 @@ class CollectiveFix:
         names = " and ".join(f"GroupCoordinator.{name}" for name, _ in found)
         note = f" ({', '.join(absent)}: not in {release})" if absent else ""
         needed = [(name, result) for name, result in found if result.ignored]
+        formless = sorted({c for _, r in needed for c in r.registering if c not in UNREGISTERED})
+        if formless:  # a wrapper could not take it off the registered path
+            return self._decided(FixState.FAILED, f"{release}'s {names} register during capture "
+                                 f"through aiter's {', '.join(formless)}, which has no "
+                                 "unregistered form the plugin knows; sglang unchanged, please "
+                                 "report this sglang release")
         if not needed:
             honoured = ", ".join(Condition) if found else "-"  # no method ignores any
             verb = "captures" if len(found) == 1 else "capture"

@@ -20,9 +20,9 @@ from typing import Any, NamedTuple
 from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._rebind import Overlay, rebound
 
-__all__ = ["COPY_IN_ENV", "TMS_ENV", "CaptureCommunicator", "Condition", "Invoke", "NotAiterPath",
-           "ProbeError", "ProbeResult", "below_wrappers", "calling_with", "parameters", "probe",
-           "simulated"]
+__all__ = ["AITER_CALLS", "COPY_IN_ENV", "NO_COLLECTIVE", "TMS_ENV", "AiterCall",
+           "CaptureCommunicator", "Condition", "Invoke", "NotAiterPath", "ProbeError",
+           "ProbeResult", "below_wrappers", "calling_with", "parameters", "probe", "simulated"]
 
 TMS_ENV = "SGLANG_MEMORY_SAVER_CUDA_GRAPH"
 COPY_IN_ENV = "SGLANG_AITER_CAPTURE_COPY_IN"
@@ -49,29 +49,113 @@ class ProbeError(AiterExtError, RuntimeError):
     """The installed method did not behave like any release the probe understands."""
 
 
-#: aiter's communicator methods a capture may call, as aiter's ``custom_all_reduce.py`` defines
-#: them: whether each registers (``True``/``False``; ``"flag"``: per its
-#: ``enable_register_for_capturing``; ``"given"``: per the call's ``registered=``) and what it
-#: returns, from the call's arguments.
-_METHODS: dict[str, tuple[bool | str, Callable[..., Any]]] = {
-    "custom_all_reduce": ("flag", lambda inp, *a, **k: inp),
-    "custom_all_gather": ("flag", lambda inp, *a, **k: inp),
-    "custom_reduce_scatter": ("flag", lambda inp, out, *a, **k: out),
-    "reduce_scatter": ("given", lambda inp, out, *a, **k: None),
-    "all_gather_reg": (True, lambda inp, out=None, *a, **k: out),
-    "all_gather_unreg": (False, lambda inp, out=None, *a, **k: out),
-    "custom_fused_ar_rms": (True, lambda inp, residual, *a, **k: (inp, residual)),
-    "fused_ar_rms": ("given", lambda inp, residual, *a, **k: (inp, residual)),
-    "custom_fused_ar_rms_per_group_quant": (
-        True, lambda inp, residual, *a, **k: (inp, residual, inp)),
-    "fused_ar_rms_per_group_quant": ("given", lambda inp, residual, *a, **k: (inp, residual, inp)),
+class AiterCall(NamedTuple):
+    """One of aiter's communicator methods as a capture meets it: whether it registers (``True``
+    or ``False``; ``"flag"``: per its ``enable_register_for_capturing``; ``"given"``: per the call's
+    ``registered``), what it returns (with aiter's parameters, so a call aiter would refuse fails),
+    and its gate: where that says no, aiter runs no collective and returns ``None`` (or, where
+    ``gated_outputs``, ``result``'s outputs unfilled)."""
+
+    registers: bool | str
+    result: Callable[..., Any]
+    gate: Callable[..., bool] | None = None
+    gated_outputs: bool = False
+
+
+def _gathered(inp: Any, out: Any = None, dim: int = 0) -> Any:
+    """aiter's all-gather output: ``out``, or one it allocates (``world_size`` inputs on ``dim``;
+    flat for another ``dim``), in the input's dtype (it views integers as floats for the kernel)."""
+    if out is not None:
+        return out
+    if dim == 0:
+        shape = (inp.shape[0] * WORLD_SIZE, *inp.shape[1:])
+    elif dim in (-1, inp.dim() - 1):
+        shape = (*inp.shape[:-1], inp.shape[-1] * WORLD_SIZE)
+    else:
+        shape = (inp.numel() * WORLD_SIZE,)
+    return inp.new_empty(shape)
+
+
+def _quantised(inp: Any, residual: Any, emit_bf16: bool = False) -> tuple[Any, ...]:
+    return (inp, residual, inp, inp) if emit_bf16 else (inp, residual, inp)
+
+
+def _ar_gate(comm: Any, inp: Any, *args: Any, **kwargs: Any) -> bool:
+    return not comm.disabled and bool(comm.should_custom_ar(inp))
+
+
+def _rs_gate(comm: Any, inp: Any, out: Any, dim: int = 0) -> bool:
+    return not comm.disabled and bool(comm.should_custom_rs(inp, dim))
+
+
+def _bytes_gate(comm: Any, inp: Any, *args: Any, **kwargs: Any) -> bool:
+    return not comm.disabled and bool(comm.should_custom_ar_bytes(inp))
+
+
+def _enabled(comm: Any, *args: Any, **kwargs: Any) -> bool:
+    return not comm.disabled
+
+
+#: aiter's communicator methods a capture may call, as ``custom_all_reduce.py`` defines them in
+#: ROCm/aiter e4048607 (each ``custom_*`` call that registers has an unregistered counterpart).
+AITER_CALLS: dict[str, AiterCall] = {
+    "custom_all_reduce": AiterCall(
+        "flag", lambda input, use_new=True, open_fp8_quant=False: input, _ar_gate),
+    "custom_all_gather": AiterCall("flag", lambda inp, dim=0: _gathered(inp, None, dim)),
+    "custom_reduce_scatter": AiterCall(  # None even on success: reduce_scatter returns nothing
+        "flag", lambda input, output, dim=0: None, _rs_gate),
+    "reduce_scatter": AiterCall("given", lambda inp, out, dim=0, *, registered=False: None),
+    "all_gather_reg": AiterCall(True, _gathered),
+    "all_gather_unreg": AiterCall(False, _gathered),
+    "custom_fused_ar_rms": AiterCall(
+        True, lambda input, residual_inp, weight, eps, use_1stage, out_hidden_dim=0,
+        gemma_norm=False: (input, residual_inp), _ar_gate),
+    "custom_fused_ar_rms_packed_input": AiterCall(
+        False, lambda input, residual_inp, weight, eps, use_1stage, out_hidden_dim=0,
+        prefill_support=False, gemma_norm=False: (input, residual_inp), _bytes_gate),
+    "custom_fused_ar_rms_quant": AiterCall(
+        True, lambda input, residual_inp, weight, eps, use_1stage, gemma_norm=False,
+        emit_bf16=False: _quantised(input, residual_inp, emit_bf16), _ar_gate),
+    "fused_ar_rms": AiterCall(
+        "given", lambda inp, res_inp, *, res_out=None, out=None, scale_out=None, w, eps,
+        registered=False, use_1stage=False, post_per_token_quant=False, out_hidden_dim=0,
+        gemma_norm=False, emit_bf16=False: (_quantised(inp, res_inp, emit_bf16)
+                                            if post_per_token_quant else (inp, res_inp))),
+    "custom_fused_ar_rms_per_group_quant": AiterCall(
+        True, lambda input, residual_inp, weight, eps, group_size=128, use_1stage=False,
+        emit_bf16=False, transpose_scale=False: _quantised(input, residual_inp, emit_bf16),
+        _ar_gate),
+    "fused_ar_rms_per_group_quant": AiterCall(
+        "given", lambda inp, res_inp, *, w, eps, group_size=128, registered=False,
+        use_1stage=False, emit_bf16=False, transpose_scale=False:
+        _quantised(inp, res_inp, emit_bf16)),
+    "custom_fused_ar_rms_mxfp4_quant": AiterCall(
+        True, lambda input, residual_inp, weight, eps, use_1stage=False, emit_bf16=False:
+        _quantised(input, residual_inp, emit_bf16), _ar_gate),
+    "fused_ar_rms_mxfp4_quant": AiterCall(
+        "given", lambda inp, res_inp, *, w, eps, registered=False, use_1stage=False,
+        emit_bf16=False: _quantised(inp, res_inp, emit_bf16)),
+    "custom_fused_qknorm_ar": AiterCall(  # disabled: empty outputs, no collective
+        True, lambda qkv_in, q_w, k_w, eps: (qkv_in,) * 3, _enabled, gated_outputs=True),
+    "fused_qknorm_ar": AiterCall(
+        "given", lambda qkv_in, q_w, k_w, eps, registered=False: (qkv_in,) * 3),
+    "custom_fused_qknorm_ar_rope": AiterCall(
+        True, lambda qkv_in, q_w, k_w, cos_sin_cache, position_ids, head_dim, rotary_dim, eps:
+        (qkv_in,) * 3, _enabled, gated_outputs=True),
+    "fused_qknorm_ar_rope": AiterCall(
+        "given", lambda qkv_in, q_w, k_w, cos_sin_cache, position_ids, head_dim, rotary_dim,
+        eps, registered=False: (qkv_in,) * 3),
 }
+NO_COLLECTIVE = ("capture", "should_custom_ar", "should_custom_ar_bytes", "should_custom_ag",
+                 "should_custom_rs")
+"""aiter's communicator methods that run no collective: the capture context (it exports what
+registered calls recorded) and the gates."""
 
 
 class CaptureCommunicator:
     """aiter's ``CustomAllreduce`` while a stream captures: each call of a method in
-    :data:`_METHODS` records whether it would register. Its gates (``disabled``,
-    ``should_custom_*``) say yes."""
+    :data:`AITER_CALLS` that passes its gate records whether it registers. Its gates
+    (``disabled``, ``should_custom_*``) say yes."""
 
     def __init__(self, *, register_flag: bool) -> None:
         self.disabled = False
@@ -83,18 +167,22 @@ class CaptureCommunicator:
     def should_custom_ar(self, *args: Any, **kwargs: Any) -> bool:
         return True
 
-    should_custom_ag = should_custom_rs = should_custom_ar
+    should_custom_ag = should_custom_rs = should_custom_ar_bytes = should_custom_ar
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
-        if method not in _METHODS:
+        if method not in AITER_CALLS:
             raise AttributeError(method)
-        registers, result = _METHODS[method]
+        aiter = AITER_CALLS[method]
 
-        def call(*args: Any, registered: bool = False, **kwargs: Any) -> Any:
-            made = (self.enable_register_for_capturing if registers == "flag"
-                    else registered if registers == "given" else registers)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            given = inspect.signature(aiter.result).bind(*args, **kwargs)  # aiter's parameters
+            if aiter.gate is not None and not aiter.gate(self, *given.args, **given.kwargs):
+                return aiter.result(*args, **kwargs) if aiter.gated_outputs else None
+            made = (self.enable_register_for_capturing if aiter.registers == "flag"
+                    else given.arguments.get("registered", False) if aiter.registers == "given"
+                    else aiter.registers)
             self.calls.append((method, bool(made)))
-            return result(*args, **kwargs)
+            return aiter.result(*args, **kwargs)
 
         return call
 
@@ -193,11 +281,13 @@ def calling_with(*shapes: tuple[int, ...], then: tuple[Any, ...] = ()) -> Invoke
 
 class ProbeResult(NamedTuple):
     """Whether the capture registers with no condition (``baseline``) and under each one;
-    ``methods``: the communicator methods sglang called (for the status)."""
+    ``methods``: the communicator methods sglang called (for the status); ``registering``: those
+    of them that registered."""
 
     baseline: bool
     under: Mapping[Condition, bool]
     methods: tuple[str, ...] = ()
+    registering: tuple[str, ...] = ()
 
     @property
     def ignored(self) -> tuple[Condition, ...]:
@@ -254,4 +344,5 @@ def probe(cls: type, name: str, invoke: Invoke) -> ProbeResult:
         baseline=calls[None][1],
         under={c: calls[c][1] for c in Condition},
         methods=tuple(dict.fromkeys(m for m, _ in calls.values())),
+        registering=tuple(dict.fromkeys(m for m, made in calls.values() if made)),
     )

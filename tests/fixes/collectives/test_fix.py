@@ -17,6 +17,7 @@ from sglang_aiter_plugin.fixes.collectives import (
     fix,
 )
 from sglang_aiter_plugin.fixes.collectives.fix import (
+    UNREGISTERED,
     CollectiveFix,
     Plan,
     communicator_view,
@@ -38,16 +39,10 @@ from tests.fixes.collectives.scenario import METHODS
 X, W = torch.ones((1, 128)), torch.ones(128)
 
 
-def reduce_scatter_view(comm: Any) -> Any:
-    return communicator_view(comm, REDUCE_SCATTER.forms)
+def view_of(comm: Any) -> Any:
+    """What a wrapped method's capture gets under a condition: the collective table's view."""
+    return communicator_view(comm, UNREGISTERED)
 
-
-def all_gather_view(comm: Any) -> Any:
-    return communicator_view(comm, ALL_GATHER.forms)
-
-
-def fused_view(comm: Any) -> Any:
-    return communicator_view(comm, FUSED_AR_RMSNORM.forms)
 ALL = tuple(Condition)
 
 
@@ -105,14 +100,14 @@ def test_tms_is_read_per_call_through_sglangs_reader(monkeypatch, envs) -> None:
 
 def test_reduce_scatter_view_overrides_an_explicit_registered_true() -> None:
     comm = RecordingCommunicator(capturing=True)
-    reduce_scatter_view(comm).reduce_scatter(X, X, 0, registered=True)
+    view_of(comm).reduce_scatter(X, X, 0, registered=True)
     assert comm.calls == [("reduce_scatter", False)]
 
 
 def test_all_gather_view_calls_the_unregistered_kernel_with_the_same_arguments() -> None:
     comm = RecordingCommunicator(capturing=True)
     out = torch.zeros((2, 128))
-    all_gather_view(comm).all_gather_reg(X, out=out, dim=0)
+    view_of(comm).all_gather_reg(X, out=out, dim=0)
     assert comm.calls == [("all_gather_unreg", False)]
     assert out[0, 0].item() == OUT
 
@@ -128,7 +123,7 @@ def logged(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) ->
 
 def test_fused_view_takes_the_unregistered_form_and_logs_it_once(logged: Any) -> None:
     comm = RecordingCommunicator(capturing=True)
-    view = fused_view(comm)
+    view = view_of(comm)
     out = view.custom_fused_ar_rms(X, X, W, 1e-6, True)
     quant = view.custom_fused_ar_rms_per_group_quant(X, X, W, 1e-6, 128, True, emit_bf16=True)
     assert comm.calls == [("fused_ar_rms", False), ("fused_ar_rms_per_group_quant", False)]
@@ -142,14 +137,14 @@ def test_fused_view_takes_the_unregistered_form_and_logs_it_once(logged: Any) ->
 def test_fused_view_refuses_more_arguments_than_aiter_takes(logged: Any) -> None:
     comm = RecordingCommunicator(capturing=True)
     with pytest.raises(TypeError, match="fused_ar_rms: 4 arguments after eps"):
-        fused_view(comm).custom_fused_ar_rms(X, X, W, 1e-6, True, 0, False, "a fourth")
+        view_of(comm).custom_fused_ar_rms(X, X, W, 1e-6, True, 0, False, "a fourth")
     assert comm.calls == []
     assert logged() == []  # refused before any form was taken
 
 
 def test_fused_view_gives_none_without_the_unregistered_form(logged: Any) -> None:
     comm = CommunicatorWithoutUnregisteredFused(capturing=True)
-    view = fused_view(comm)
+    view = view_of(comm)
     assert view.custom_fused_ar_rms(X, X, W, 1e-6, True) is None
     assert view.custom_fused_ar_rms_per_group_quant(X, X, W, 1e-6) is None
     assert comm.calls == []
@@ -162,19 +157,73 @@ def test_fused_view_gives_none_without_the_unregistered_form(logged: Any) -> Non
 def test_fused_view_keeps_aiters_own_gate(logged: Any) -> None:
     comm = RecordingCommunicator(capturing=True)
     comm.should_custom_ar = lambda inp, *a, **k: False  # type: ignore[method-assign]
-    assert fused_view(comm).custom_fused_ar_rms(X, X, W, 1e-6, True) is None
+    assert view_of(comm).custom_fused_ar_rms(X, X, W, 1e-6, True) is None
     assert comm.calls == []
     assert logged() == []
 
 
-@pytest.mark.parametrize("view", [reduce_scatter_view, all_gather_view,
-                                  fused_view])
-def test_views_answer_hasattr_as_the_communicator_does(view: Any) -> None:
-    bare = view(object())
+def test_all_gather_view_keeps_the_output_aiter_allocates_when_given_none() -> None:
+    comm = RecordingCommunicator(capturing=True)
+    got = view_of(comm).all_gather_reg(torch.ones((3, 8)), dim=0)
+    assert comm.calls == [("all_gather_unreg", False)]
+    assert tuple(got.shape) == (6, 8)
+    assert got[5, 0].item() == OUT
+
+
+@pytest.fixture
+def stream_capturing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+
+
+@pytest.mark.usefixtures("stream_capturing")
+def test_reduce_scatter_view_returns_what_aiter_returns_and_leaves_its_own_call_alone() -> None:
+    """aiter's ``reduce_scatter`` returns nothing; its ``custom_reduce_scatter`` (``None`` even on
+    success) follows the communicator flag itself and is not one the view replaces."""
+    comm = RecordingCommunicator(capturing=True, register_flag=False)
+    out = torch.zeros((1, 8))
+    view = view_of(comm)
+    assert view.reduce_scatter(torch.ones((2, 8)), out, registered=True) is None
+    assert view.custom_reduce_scatter(torch.ones((2, 8)), out) is None
+    assert comm.calls == [("reduce_scatter", False), ("reduce_scatter", False)]
+    assert out[0, 0].item() == OUT
+
+
+@pytest.mark.parametrize(("call", "args", "made", "outputs"), [
+    ("custom_fused_ar_rms_quant", (X, X, W, 1e-6, True), "fused_ar_rms", 3),
+    ("custom_fused_ar_rms_mxfp4_quant", (X, X, W, 1e-6, False, True),
+     "fused_ar_rms_mxfp4_quant", 4),
+    ("custom_fused_qknorm_ar", (torch.ones((2, 192)), W[:64], W[:64], 1e-6),
+     "fused_qknorm_ar", 3),
+    ("custom_fused_qknorm_ar_rope", (torch.ones((2, 192)), W[:64], W[:64], torch.ones((8, 64)),
+                                     torch.zeros(2), 64, 64, 1e-6), "fused_qknorm_ar_rope", 3),
+])
+@pytest.mark.usefixtures("stream_capturing")
+def test_fused_view_gives_aiters_further_fused_calls_their_unregistered_counterpart(
+    logged: Any, call: str, args: tuple[Any, ...], made: str, outputs: int
+) -> None:
+    comm = RecordingCommunicator(capturing=True)
+    got = getattr(view_of(comm), call)(*args)
+    assert comm.calls == [(made, False)]
+    assert len(got) == outputs
+    assert got[0].flatten()[0].item() == OUT
+    getattr(comm, call)(*args)  # aiter's own call, during the same capture, registers
+    assert comm.calls[-1] == (made, True)
+
+
+def test_the_qknorm_view_keeps_aiters_answer_for_a_disabled_communicator() -> None:
+    comm = RecordingCommunicator(capturing=True)
+    comm.disabled = True
+    q, k, v = view_of(comm).custom_fused_qknorm_ar(torch.ones((2, 192)), W[:64], W[:96], 1e-6)
+    assert comm.calls == []  # no collective, as aiter: unfilled outputs of the right widths
+    assert (q.shape[1], k.shape[1], v.shape[1]) == (64, 96, 32)
+
+
+def test_views_answer_hasattr_as_the_communicator_does() -> None:
+    bare = view_of(object())
     for name in ("reduce_scatter", "all_gather_reg", "custom_fused_ar_rms", "fused_ar_rms",
                  "disabled"):
         assert not hasattr(bare, name), name
-    full = view(RecordingCommunicator(capturing=True))
+    full = view_of(RecordingCommunicator(capturing=True))
     assert full.disabled is False
     assert hasattr(full, "custom_fused_ar_rms")
 

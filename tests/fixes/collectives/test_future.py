@@ -1,23 +1,31 @@
-"""A future sglang: a method gone, its signature changed, or every condition honoured upstream.
+"""A future sglang: a method gone, its signature changed, every condition honoured upstream, or
+a method calling one of aiter's further registering collectives.
 
 The real ``GroupCoordinator`` of the installed release is used, on a simulated ROCm host; only
-the methods under test are swapped (or deleted) for the duration of a test. In each case the fix
-must install nothing and say why.
+the methods under test are swapped (or deleted) for the duration of a test, or set on a subclass
+of it. Where the fix cannot help it must install nothing and say why; where a method calls a
+registering collective of aiter's that the collective table knows, it applies by behaviour.
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 
 from sglang_aiter_plugin import FixState
 from sglang_aiter_plugin._sglang import installed_sglang_version
 from sglang_aiter_plugin.fixes.collectives import ALL_GATHER, FUSED_AR_RMSNORM, REDUCE_SCATTER
-from sglang_aiter_plugin.fixes.collectives.fix import is_installed
+from sglang_aiter_plugin.fixes.collectives.fix import CollectiveFix, Method, is_installed
+from sglang_aiter_plugin.fixes.collectives.probe import calling_with
 from sglang_aiter_plugin.plugin.spec import FixContext
 from testkit.doubles import future_collectives as future
+from testkit.doubles.communicator import MARK, RecordingCommunicator
 from testkit.doubles.rocm_platform import simulated_rocm
 from tests.fixes.collectives.scenario import METHODS
 
@@ -78,3 +86,115 @@ def test_upstream_honouring_every_switch_is_not_needed(
     for switch in ("SGLANG_MEMORY_SAVER_CUDA_GRAPH=1", "SGLANG_AITER_CAPTURE_COPY_IN=1",
                    "communicator enable_register_for_capturing=False"):
         assert switch in status.detail
+
+
+# -- aiter's further fused calls, and calls a wrapper could not take off the registered path ------
+
+X, W = torch.ones((1, 128)), torch.ones(128)
+QKV, QW, KW = torch.ones((1, 192)), torch.ones(64), torch.ones(64)
+ROPE = (torch.ones((16, 64)), torch.zeros(1, dtype=torch.long), 64, 64)
+
+
+def _decided(fix: CollectiveFix, methods: dict[str, Any]) -> tuple[Any, type, CollectiveFix]:
+    """``fix`` (a copy: its plan stays in the test) deciding on a ``GroupCoordinator`` of the
+    installed release whose ``methods`` are these, as on ROCm: its status, the class (with the
+    wrappers it installed) and the copy."""
+    from sglang.srt.distributed.parallel_state import GroupCoordinator, envs
+
+    cls = type("GroupCoordinator", (GroupCoordinator,), dict(methods))
+    mine = copy.copy(fix)
+    status = mine.decide_now(SimpleNamespace(GroupCoordinator=cls, envs=envs),
+                             installed_sglang_version())
+    return status, cls, mine
+
+
+def _captured(cls: type, name: str, args: tuple[Any, ...], tms: bool,
+              monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """What aiter's communicator (the double) runs when ``cls.name`` is called in a stream
+    capture, with ``SGLANG_MEMORY_SAVER_CUDA_GRAPH`` set to ``tms``."""
+    monkeypatch.setenv("SGLANG_MEMORY_SAVER_CUDA_GRAPH", "1" if tms else "0")
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    comm = RecordingCommunicator(capturing=True)
+    coordinator: Any = object.__new__(cls)
+    coordinator.ca_comm, coordinator.world_size = comm, 2
+    assert getattr(coordinator, name)(*args) is not None
+    return comm.calls
+
+
+@pytest.mark.parametrize(("method", "unregistered"), [
+    (future.fused_calling_per_token_quant, "fused_ar_rms"),
+    (future.fused_calling_mxfp4_quant, "fused_ar_rms_mxfp4_quant"),
+], ids=["custom_fused_ar_rms_quant", "custom_fused_ar_rms_mxfp4_quant"])
+def test_fused_allreduce_rmsnorm_calling_aiters_further_fused_quant_is_fixed(
+    coordinator: Any, monkeypatch: pytest.MonkeyPatch, method: Any, unregistered: str
+) -> None:
+    """sglang's method run on the simulated ROCm capture registers under every condition, so the
+    fix applies; a capture under TMS then gets the unregistered counterpart, one without any
+    condition keeps aiter's registered call."""
+    status, cls, _ = _decided(FUSED_AR_RMSNORM, {"fused_allreduce_rmsnorm": method})
+    assert status.state is FixState.APPLIED, status
+    assert "despite SGLANG_MEMORY_SAVER_CUDA_GRAPH=1, SGLANG_AITER_CAPTURE_COPY_IN=1, " \
+        "communicator enable_register_for_capturing=False" in status.detail
+    args = (X, X, W, 1e-6)
+    assert _captured(cls, "fused_allreduce_rmsnorm", args, True, monkeypatch) == [
+        (unregistered, False)]
+    assert _captured(cls, "fused_allreduce_rmsnorm", args, False, monkeypatch) == [
+        (unregistered, True)]
+
+
+@pytest.mark.parametrize(("method", "args", "unregistered"), [
+    (future.qknorm_allreduce, (QKV, QW, KW, 1e-6), "fused_qknorm_ar"),
+    (future.qknorm_rope_allreduce, (QKV, QW, KW, *ROPE, 1e-6), "fused_qknorm_ar_rope"),
+], ids=["custom_fused_qknorm_ar", "custom_fused_qknorm_ar_rope"])
+def test_a_new_method_calling_aiters_qknorm_all_reduce_is_fixed_once_a_fix_lists_it(
+    coordinator: Any, monkeypatch: pytest.MonkeyPatch, method: Any, args: tuple[Any, ...],
+    unregistered: str
+) -> None:
+    """No fix wraps a method sglang has not written yet (the canary names it); once a fix lists
+    it, the collective table already has the unregistered counterpart."""
+    name = method.__name__
+    params = tuple(inspect.signature(method).parameters)
+    shapes = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
+    rest = tuple(a for a in args if not isinstance(a, torch.Tensor))
+    listing = CollectiveFix(
+        "capture-qknorm", "fused qk-norm all-reduce", invoke=calling_with(*shapes, then=rest),
+        methods=(Method(name, (params,)),), how="its unregistered form", ledger="")
+    status, cls, _ = _decided(listing, {name: method})
+    assert status.state is FixState.APPLIED, status
+    assert _captured(cls, name, args, True, monkeypatch) == [(unregistered, False)]
+    assert _captured(cls, name, args, False, monkeypatch) == [(unregistered, True)]
+
+
+def test_a_call_without_an_unregistered_form_fails_instead_of_claiming_the_fix(
+    coordinator: Any
+) -> None:
+    """aiter's ``custom_all_gather`` registers per the communicator flag only; the plugin has no
+    form to hand a capture under TMS or copy-in, so it must not report ``applied``."""
+    status, cls, _ = _decided(ALL_GATHER, {
+        "_all_gather_into_tensor": future.all_gather_through_custom_all_gather})
+    assert status.state is FixState.FAILED, status
+    assert "through aiter's custom_all_gather, which has no unregistered form" in status.detail
+    assert not is_installed(cls, "_all_gather_into_tensor")
+
+
+def test_an_all_gather_reading_the_output_aiter_allocates_is_probed_as_aiter_runs_it(
+    coordinator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiter's ``all_gather_reg`` allocates the output when given none: the probe must hand
+    sglang's method that output (not ``None``) to see what it registers."""
+    status, cls, _ = _decided(ALL_GATHER, {
+        "_all_gather_into_tensor": future.all_gather_into_aiters_output})
+    assert status.state is FixState.APPLIED, status
+    assert "despite SGLANG_AITER_CAPTURE_COPY_IN=1, communicator " in status.detail
+    from sglang.srt.distributed.parallel_state import envs
+
+    monkeypatch.setattr(future, "is_hip", lambda: True)  # the module's names, as on ROCm
+    monkeypatch.setattr(future, "envs", envs)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    comm = RecordingCommunicator(capturing=True, register_flag=False)
+    gathering: Any = object.__new__(cls)
+    gathering.ca_comm = comm
+    out = torch.zeros((2, 8))
+    gathering._all_gather_into_tensor(out, torch.ones((1, 8)))
+    assert comm.calls == [("all_gather_unreg", False)]
+    assert out[1, 0].item() == MARK

@@ -11,12 +11,19 @@ import os
 from typing import Any
 
 import pytest
+import torch
 from packaging.version import Version
 
 from sglang_aiter_plugin._status import FixState
 from sglang_aiter_plugin.fixes.collectives import FUSED_AR_RMSNORM as FUSED
 from sglang_aiter_plugin.fixes.collectives import REDUCE_SCATTER
-from sglang_aiter_plugin.fixes.collectives.probe import Condition, ProbeError, parameters, probe
+from sglang_aiter_plugin.fixes.collectives.probe import (
+    CaptureCommunicator,
+    Condition,
+    ProbeError,
+    parameters,
+    probe,
+)
 from testkit.collective_facts import FIRST_WITH_PATH, NEWEST_KNOWN, has_path, honoured_upstream
 from testkit.collective_verdicts import verdicts
 
@@ -135,3 +142,80 @@ def test_parameters_are_sglangs_own_below_any_wrapper() -> None:
     holder = type("Holder", (), {"method": wrapper, "static": staticmethod(own)})
     assert parameters(holder, "method") == ("self", "output", "input")
     assert parameters(holder, "static") == ("self", "output", "input")
+
+
+# -- the probe's aiter: ROCm/aiter e4048607's communicator during a stream capture -----------------
+
+
+def test_the_probes_reduce_scatter_returns_none_even_when_it_ran() -> None:
+    comm = CaptureCommunicator(register_flag=True)
+    out = torch.empty((1, 8))
+    assert comm.custom_reduce_scatter(torch.empty((2, 8)), out) is None
+    assert comm.reduce_scatter(torch.empty((2, 8)), out, registered=True) is None
+    assert comm.calls == [("custom_reduce_scatter", True), ("reduce_scatter", True)]
+
+
+@pytest.mark.parametrize("closed", ["disabled", "should_custom_ar"])
+def test_the_probes_all_reduce_has_aiters_gate(closed: str) -> None:
+    comm = CaptureCommunicator(register_flag=True)
+    x = torch.empty((1, 8))
+    assert comm.custom_all_reduce(x, True, False) is x  # (inp, use_new, open_fp8_quant)
+    if closed == "disabled":
+        comm.disabled = True
+    else:
+        comm.should_custom_ar = lambda inp, *a, **k: False  # type: ignore[method-assign]
+    assert comm.custom_all_reduce(x) is None  # no collective: nothing recorded
+    assert comm.calls == [("custom_all_reduce", True)]
+
+
+def test_the_probes_all_gather_allocates_the_output_it_is_not_given() -> None:
+    comm = CaptureCommunicator(register_flag=True)
+    x = torch.empty((3, 8), dtype=torch.int32)
+    assert tuple(comm.all_gather_reg(x).shape) == (6, 8)
+    assert tuple(comm.all_gather_unreg(x, None, -1).shape) == (3, 16)
+    got = comm.custom_all_gather(x)
+    assert (tuple(got.shape), got.dtype) == ((6, 8), torch.int32)
+    given = torch.empty((6, 8), dtype=torch.int32)
+    assert comm.all_gather_reg(x, out=given) is given
+
+
+def test_the_probe_refuses_a_call_aiter_would_refuse() -> None:
+    comm = CaptureCommunicator(register_flag=True)
+    x = torch.empty((1, 8))
+    with pytest.raises(TypeError):
+        comm.custom_all_reduce(x, registered=True)  # aiter's all_reduce takes registered_input
+    with pytest.raises(TypeError):
+        comm.custom_fused_ar_rms(x, x, x, 1e-6)  # use_1stage has no default
+    assert comm.calls == []
+
+
+def test_the_probe_knows_aiters_further_fused_calls_and_their_counterparts() -> None:
+    comm = CaptureCommunicator(register_flag=False)
+    x, w = torch.empty((1, 128)), torch.empty(128)
+    rope = (torch.empty((8, 64)), torch.empty(1), 64, 64)
+    comm.custom_fused_ar_rms_quant(x, x, w, 1e-6, True)
+    comm.custom_fused_ar_rms_mxfp4_quant(x, x, w, 1e-6)
+    comm.custom_fused_qknorm_ar(x, w, w, 1e-6)
+    comm.custom_fused_qknorm_ar_rope(x, w, w, *rope, 1e-6)
+    comm.fused_ar_rms(x, x, w=w, eps=1e-6, registered=False, post_per_token_quant=True)
+    comm.fused_ar_rms_mxfp4_quant(x, x, w=w, eps=1e-6, registered=True)
+    comm.fused_qknorm_ar(x, w, w, 1e-6, True)  # registered, by position
+    comm.fused_qknorm_ar_rope(x, w, w, *rope, 1e-6)
+    comm.custom_fused_ar_rms_packed_input(x, x, w, 1e-6, True)
+    assert comm.calls == [
+        ("custom_fused_ar_rms_quant", True), ("custom_fused_ar_rms_mxfp4_quant", True),
+        ("custom_fused_qknorm_ar", True), ("custom_fused_qknorm_ar_rope", True),
+        ("fused_ar_rms", False), ("fused_ar_rms_mxfp4_quant", True), ("fused_qknorm_ar", True),
+        ("fused_qknorm_ar_rope", False), ("custom_fused_ar_rms_packed_input", False)]
+    comm.disabled = True
+    assert comm.custom_fused_ar_rms_quant(x, x, w, 1e-6, True) is None
+    assert len(comm.custom_fused_qknorm_ar(x, w, w, 1e-6)) == 3  # aiter's outputs, no collective
+    assert len(comm.calls) == 9
+
+
+def test_the_probes_gates_read_arguments_passed_by_name() -> None:
+    comm = CaptureCommunicator(register_flag=False)
+    x, out = torch.empty((2, 8)), torch.empty((1, 8))
+    assert comm.custom_reduce_scatter(input=x, output=out, dim=0) is None
+    assert comm.custom_all_reduce(input=x) is x
+    assert comm.calls == [("custom_reduce_scatter", False), ("custom_all_reduce", False)]

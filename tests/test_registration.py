@@ -158,13 +158,15 @@ def resolved(outcome):
 
 with plugins_loaded_in_post_init():
     first = resolved(resolve_args(launch))  # the first ServerArgs of the process loads plugins
-    after_first = state()
+    after_first, modules = state(), set(sys.modules)
     for _ in range(3):  # what every spawned entry point does, here in one process
         load_plugins()
         sglang_aiter_plugin.register()
+    imported = sorted(set(sys.modules) - modules)
     second = resolved(resolve_args(launch))
 print("RESULT " + json.dumps(dict(first=first, second=second, before=after_first,
-                                  after=state(), folds=folds(), point=fold_point(ServerArgs))))
+                                  after=state(), folds=folds(), point=fold_point(ServerArgs),
+                                  imported=imported)))
 """
 
 
@@ -188,5 +190,6 @@ def test_plugins_loaded_during_resolution_and_in_every_process_change_nothing_tw
     assert data["before"] == data["after"]
     assert data["after"]["choices"] == 1
     assert data["folds"] == 1
+    assert data["imported"] == []  # a repeat imports nothing, probes nothing: it returns
     lines = [ln for ln in result.stderr.splitlines() if "sglang-aiter-plugin 0" in ln]
     assert len(lines) == 1, lines

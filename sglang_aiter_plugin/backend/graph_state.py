@@ -33,7 +33,7 @@ class PooledGraphState:
     freezes the pool and installs the bounds check if asked for."""
 
     buffer_pool: BufferPool
-    rows_defect = "rows"
+    rows_defect = "rows"  # the ledger row this pool's rows answer
     graph_fixes: tuple[FixStatus, ...] = ()
     """What the last graph set-up did, one status per ``backend.defects`` row it decides."""
 
@@ -57,6 +57,7 @@ class PooledGraphState:
         self._set_up("init_static_metadata_buffers", max_bs, max_num_tokens, *args, **kw)
 
     def _upstream_set_up(self) -> Callable[..., None]:
+        """Upstream's set-up, under the name the installed release gives it."""
         parent: Any = super()
         found: Callable[..., None] | None = getattr(parent, "init_static_metadata_buffers", None)
         return found or parent.init_cuda_graph_state

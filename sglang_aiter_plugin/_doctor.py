@@ -201,15 +201,16 @@ def _communicator_calls(report: Report, path: str | None = None) -> None:
 
 
 def _upstream_defects(report: Report) -> None:
-    """Which defects of upstream ``aiter`` the installed release has (``aiter-ext`` covers them)."""
+    """Which defects of upstream ``aiter`` the ledger measured on the installed release."""
     from sglang_aiter_plugin._sglang import installed_sglang_version
     from sglang_aiter_plugin.backend.defects import defects_on
 
     version = installed_sglang_version()
     if version is not None:
         names = ", ".join(d.name for d in defects_on(version)) or "none"
-        report.add("backend", INFO, f"upstream aiter on sglang {version} has these defects, which "
-                   f"aiter-ext covers: {names} (the README and docs/buffer-pool.md describe each)")
+        report.add("backend", INFO, f"defects of upstream aiter on sglang {version} (as measured): "
+                   f"{names}; aiter-ext checks each against what upstream's own graph set-up "
+                   "left, and logs what it did then (docs/buffer-pool.md describes each)")
 
 
 def _naming(report: Report) -> None:

@@ -22,6 +22,7 @@ __all__ = ["last_statuses", "register", "run_fixes"]
 _lock = threading.RLock()
 _statuses: dict[str, FixStatus] | None = None
 _switches: Switches | None = None
+_logged = False  # the start-up line, once per process however often sglang calls register()
 
 
 def run_fixes() -> tuple[Switches, list[FixStatus]]:
@@ -71,9 +72,16 @@ def last_statuses() -> list[FixStatus] | None:
 
 
 def register() -> None:
-    """Entry point of the ``sglang.srt.plugins`` group. Never raises into sglang."""
+    """Entry point of the ``sglang.srt.plugins`` group. Never raises into sglang; a second call
+    in the process (sglang#38464 loads plugins during argument resolution too) changes nothing
+    and logs nothing."""
+    global _logged
     try:
         switches, statuses = run_fixes()
+        with _lock:
+            if _logged:
+                return
+            _logged = True
         _log_summary(switches, statuses)
     except Exception:  # sglang only logs plugin errors; say it ourselves, precisely
         import traceback

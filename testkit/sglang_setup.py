@@ -121,10 +121,16 @@ def configure(
     device: str = "cpu",
     pool: int = POOL,
 ) -> Setup:
-    """Parse, publish and size as a scheduler would; return the runner double and capture sizes."""
+    """Parse, publish and size as a scheduler would; return the runner double and capture sizes.
+    sglang's aiter backend module gets the name it binds only beside aiter (graph set-up runs its
+    metadata code)."""
+    from sglang.srt.layers.attention import aiter_backend
     from sglang.srt.server_args import prepare_server_args
 
+    from testkit.doubles import aiter_backend_imports
     from testkit.doubles.model_runner import build_model_runner
+
+    aiter_backend_imports.install(aiter_backend)
 
     new = _sglang_version() >= Version("0.5.17")  # runtime_context.publish
     flags = scenario.new_flags if _sglang_version() >= Version("0.5.22") else scenario.old_flags

@@ -87,7 +87,7 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
     assert checks["package"]["summary"] == (
         f"all {len(_doctor.MODULES)} modules import, from {ROOT / 'sglang_aiter_plugin'}")
     # which of upstream's defects this release has: the graph-buffer width ones only before 0.5.13
-    named = checks["backend"]["summary"].split("covers: ")[1].split(" (")[0].split(", ")
+    named = checks["backend"]["summary"].split("(as measured): ")[1].split("; ")[0].split(", ")
     assert "unified-page-table" in named
     assert ("kv-indices-per-page" in named) == (sglang_version < Version("0.5.13"))
 

@@ -143,3 +143,32 @@ def test_each_fix_acts_exactly_on_the_releases_its_ledger_row_names(
     acted = {"kv-indices-per-page": "cuda_graph_kv_indices" in widened,  # at page size 16
              "unified-page-table": fills_page_table(backend)}[defect]
     assert acted == _affected(defect, sglang_version), widened
+
+
+@pytest.mark.usefixtures("plugins_loaded")
+@pytest.mark.parametrize(("page", "unified", "draft"), [(1, "1", False), (16, "0", False),
+                                                         (1, "0", True)])
+def test_graph_set_up_reports_by_the_ledgers_names_and_only_applied_where_it_acted(
+    page: int, unified: str, draft: bool, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every status graph set-up logs names a row of the ledger; ``applied`` rows come with work
+    done (the pool holds more than upstream allocated, or the fill is installed)."""
+    from testkit.plugin_state import fills_page_table
+    from testkit.sglang_setup import SCENARIOS, configure
+
+    monkeypatch.setenv("SGLANG_USE_AITER_UNIFIED_ATTN", unified)
+    setup = configure(model_dir, SCENARIOS["two-batch-overlap"], ("--page-size", str(page)))
+    with setup.scope:
+        from sglang_aiter_plugin.backend.classes import (
+            AiterExtAttnBackend,
+            AiterExtMultiStepDraftBackend,
+        )
+
+        backend = (AiterExtMultiStepDraftBackend(setup.runner, 1, 3) if draft
+                   else AiterExtAttnBackend(setup.runner))
+        backend.init_cuda_graph_state(setup.max_bs, setup.max_bs)
+    states = {s.name: s.state.value for s in backend.graph_fixes}
+    assert set(states) <= {d.name for d in _defects()}, states
+    assert states.pop("draft-kv-indptr" if draft else "rows") == "applied"  # 33 -> 34 rows
+    assert backend.buffer_pool.bytes_beyond_handed() > 0
+    assert states.get("unified-page-table") == ("applied" if fills_page_table(backend) else None)

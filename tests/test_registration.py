@@ -128,3 +128,68 @@ print("RESULT " + json.dumps(state()))
     assert line.endswith("capture-all-reduce (in SGLANG_AITER_EXT_DISABLE) is no longer a fix: "
                          "sglang honours every capture condition for the all-reduce itself, so "
                          "there is nothing to disable")
+
+
+RELOADED = STATE + """
+import pathlib, tempfile
+from sglang.srt.plugins import load_plugins
+from sglang.srt.server_args import ServerArgs
+import sglang_aiter_plugin
+from sglang_aiter_plugin._patch import MARK
+from sglang_aiter_plugin.fixes.attention_backend.choice import MARKER_ATTR, fold_point
+from testkit.upstream_next import plugins_loaded_in_post_init
+from tests.fixes.attention_backend.launches import COMMON, resolve_args, warm_up, write_models
+
+models = write_models(pathlib.Path(tempfile.mkdtemp()))
+warm_up(models)  # imports what resolution imports, on this CPU, before the simulated host
+launch = {**COMMON, "model_path": models["llama-4k"], "attention_backend": "aiter-ext"}
+
+def folds():
+    fn, marks = getattr(ServerArgs, fold_point(ServerArgs)), []
+    while fn is not None:
+        marks.append(getattr(fn, MARK, None))
+        fn = getattr(fn, "__wrapped__", None)
+    return marks.count("fold")
+
+def resolved(outcome):
+    return dict(error=None if outcome.error is None else repr(outcome.error),
+                backend=outcome.config()["attention_backend"] if outcome.error is None else None,
+                marker=getattr(outcome.record, MARKER_ATTR, None))
+
+with plugins_loaded_in_post_init():
+    first = resolved(resolve_args(launch))  # the first ServerArgs of the process loads plugins
+    after_first, modules = state(), set(sys.modules)
+    for _ in range(3):  # what every spawned entry point does, here in one process
+        load_plugins()
+        sglang_aiter_plugin.register()
+    imported = sorted(set(sys.modules) - modules)
+    second = resolved(resolve_args(launch))
+print("RESULT " + json.dumps(dict(first=first, second=second, before=after_first,
+                                  after=state(), folds=folds(), point=fold_point(ServerArgs),
+                                  imported=imported)))
+"""
+
+
+def test_plugins_loaded_during_resolution_and_in_every_process_change_nothing_twice() -> None:
+    """sglang#38464 (``testkit.upstream_next.plugins_loaded_in_post_init``): sglang loads plugins
+    in the first ``ServerArgs.__post_init__`` of a process and again in each spawned process's
+    entry point; ``register()`` then runs several times in one process. The launch still
+    resolves ``aiter-ext`` as ``aiter``, and the repeats change nothing: one start-up line, one
+    fold, the same statuses."""
+    result = run_python(RELOADED)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = result.data
+    folded = {"error": None, "backend": "aiter", "marker": "aiter-ext"}
+    assert data["second"] == folded
+    if data["point"] == "resolve_once":  # 0.5.19+: __post_init__ runs before resolution
+        assert data["first"] == folded
+    else:  # 0.5.11-0.5.18 resolve inside __post_init__, which had begun when plugins loaded:
+        # that record stays unfolded, and the model runner refuses it by name
+        # (``UnfoldedSelectionError``, tests/fixes/attention_backend/test_factories.py)
+        assert data["first"] == {"error": None, "backend": "aiter-ext", "marker": None}
+    assert data["before"] == data["after"]
+    assert data["after"]["choices"] == 1
+    assert data["folds"] == 1
+    assert data["imported"] == []  # a repeat imports nothing, probes nothing: it returns
+    lines = [ln for ln in result.stderr.splitlines() if "sglang-aiter-plugin 0" in ln]
+    assert len(lines) == 1, lines

@@ -10,6 +10,7 @@ buffers here: graph set-up widens them once (:mod:`.widths`), before the pool fr
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import torch
@@ -17,7 +18,7 @@ import torch
 from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin.backend.pool import BufferSpec, Fill
 
-__all__ = ["CATALOGUE", "NOT_PER_BATCH", "PREFILL_UPDATERS", "WORKSPACE",
+__all__ = ["CATALOGUE", "NOT_PER_BATCH", "PREFILL_UPDATERS", "WORKSPACE", "WORKSPACE_HELPER",
            "UnknownBatchBufferError", "discover", "workspace_bytes_per_row"]
 
 #: Backend attributes holding prefill index updaters, which keep pool buffers under the same
@@ -35,6 +36,7 @@ CATALOGUE: dict[str, tuple[torch.dtype, Fill, int]] = {
     "qo_indptr_unified_decode": (torch.int32, Fill.ARANGE, 1),
 }
 WORKSPACE = "workspace_buffer"  # ragged paged decode only; sized per row in bytes
+WORKSPACE_HELPER = "sglang.srt.layers.attention.aiter_workspace"  # sglang#36563
 
 #: Tensors whose first dimension may equal P or P + 1 without being per-batch buffers.
 NOT_PER_BATCH = frozenset({"req_to_token", "q_scale", "k_scale", "v_scale"})
@@ -46,9 +48,23 @@ class UnknownBatchBufferError(AiterExtError, RuntimeError):
 
 
 def workspace_bytes_per_row(backend: Any) -> int:
-    """Bytes of ``workspace_buffer`` per batch row: the larger of aiter's layout for
-    ``paged_attention_ragged`` and upstream's formula, so never less than upstream."""
+    """Bytes of ``workspace_buffer`` per batch row: sglang's own size for one row where the
+    release has it (sglang#36563: :data:`WORKSPACE_HELPER`, what its KV budget charges); else the
+    larger of aiter's layout for ``paged_attention_ragged`` and upstream's formula."""
     heads = int(backend.num_head)
+    try:
+        helper = importlib.import_module(WORKSPACE_HELPER).aiter_attn_workspace_bytes
+    except (ImportError, AttributeError):  # a release without it
+        helper = None
+    if helper is not None:
+        try:
+            return int(helper(max_num_reqs=1, num_head=heads, head_dim=int(backend.head_dim),
+                              context_len=int(backend.max_context_len)))
+        except TypeError as exc:
+            raise UnknownBatchBufferError(
+                f"sglang's {WORKSPACE_HELPER}.aiter_attn_workspace_bytes changed ({exc}): "
+                "upgrade sglang-aiter-plugin, or run --attention-backend aiter meanwhile"
+            ) from exc
     partitions = int(backend.max_num_partitions)
     head_size = max(int(backend.head_dim), int(getattr(backend, "v_head_dim", 0) or 0))
     q_bytes = torch.empty((), dtype=backend.input_dtype).element_size()

@@ -14,10 +14,11 @@ import torch
 from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend, AiterMultiStepDraftBackend
 
 from sglang_aiter_plugin._rebind import rebound
+from sglang_aiter_plugin._status import FixStatus
 from sglang_aiter_plugin.backend.buffers import PREFILL_UPDATERS, discover
 from sglang_aiter_plugin.backend.capacity import batch_capacity
-from sglang_aiter_plugin.backend.graph_state import PooledGraphState
-from sglang_aiter_plugin.backend.page_table import install_page_table_fill
+from sglang_aiter_plugin.backend.graph_state import PooledGraphState, outcome
+from sglang_aiter_plugin.backend.page_table import install_page_table_fill, upstream_fills
 from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill
 from sglang_aiter_plugin.backend.widths import widen
 
@@ -56,31 +57,48 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
                 "grow it before its children's init_cuda_graph_state"
             )
 
-    def _after_upstream(self, max_bs: int, max_num_tokens: int, lent: bool) -> None:
+    def _after_upstream(self, max_bs: int, max_num_tokens: int, lent: bool) -> list[FixStatus]:
         """Widen ``cuda_graph_kv_indices`` (unless lent) and ``cuda_graph_custom_mask``; fill the
-        unified page table at page size 1 (each step names its defect in ``backend.defects``)."""
+        unified page table at page size 1 where upstream does not (each step names its defect in
+        ``backend.defects``); one status per defect this configuration has."""
         context, page = int(self.max_context_len), int(self.page_size)
         blocks, drafts = -(-context // page), self._extra_per_row()
         # one entry per token of every page, plus the draft tokens MLA target-verify adds per row
         # (the layout sglang allocates from 0.5.13, sglang#24587)
         need = max_bs * (blocks * page + drafts)
+        fixes = []
         if not lent:  # kv-indices-per-page (page > 1) and verify-draft-slack (draft tokens)
             # whole pages per row: 0.5.11-0.5.12.post1 also view it as the unified page table
-            widen(self, "cuda_graph_kv_indices", need, known={
+            wide = widen(self, "cuda_graph_kv_indices", need, known={
                 max_bs * blocks: "one per page, 0.5.11-0.5.12.post1"}, multiple_of=blocks)
+            fixes += [outcome(name, wide, f"cuda_graph_kv_indices widened to {need} entries",
+                              "upstream sizes cuda_graph_kv_indices per token, with the drafts")
+                      for name, has in (("kv-indices-per-page", page > 1),
+                                        ("verify-draft-slack", drafts > 0)) if has]
         if getattr(self, "cuda_graph_custom_mask", None) is not None and drafts:
             # verify-custom-mask: room for the draft tokens in every row
-            widen(self, "cuda_graph_custom_mask", max_num_tokens * (context + drafts),
-                  known={max_num_tokens * context: "max_num_tokens x context, 0.5.11-"})
+            fixes.append(outcome("verify-custom-mask", widen(
+                self, "cuda_graph_custom_mask", max_num_tokens * (context + drafts),
+                known={max_num_tokens * context: "max_num_tokens x context, 0.5.11-"}),
+                "cuda_graph_custom_mask widened for the draft tokens",
+                "upstream sizes cuda_graph_custom_mask for the draft tokens"))
         if (not lent and page == 1
                 and getattr(self, "decode_uses_page_table", self.use_triton_unified_attention)
                 and not self.use_sliding_window_kv_pool and not self.use_mla):
-            install_page_table_fill(self)  # unified-page-table
+            filled = upstream_fills(self)  # unified-page-table
+            if not filled:
+                install_page_table_fill(self)
+            fixes.append(outcome("unified-page-table", not filled,
+                                 "the page table is filled after upstream's graph metadata",
+                                 "upstream's graph metadata fills the page table"))
+        return fixes
 
 
 class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend):  # type: ignore[misc]
     """sglang's EAGLE draft wrapper with its shared ``kv_indptr`` (``(steps, P * topk + 1)``, row
     ``i`` lent to child ``i``) pooled: growth re-points the wrapper and every child's row."""
+
+    rows_defect = "draft-kv-indptr"
 
     cuda_graph_kv_indices: torch.Tensor
 
@@ -106,16 +124,19 @@ class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend
     def _extra_per_row(self) -> int:
         return int(self.speculative_num_steps)  # each step appends one token per sequence
 
-    def _after_upstream(self, max_bs: int, max_num_tokens: int, lent: bool) -> None:
+    def _after_upstream(self, max_bs: int, max_num_tokens: int, lent: bool) -> list[FixStatus]:
         """Widen each step's row of ``cuda_graph_kv_indices`` by the steps' appended tokens and
         hand every child its new row."""
         topk, steps, context = int(self.topk), int(self.speculative_num_steps), int(
             self.max_context_len)
         page = int(self.attn_backends[0].page_size) if self.attn_backends else 1
         blocks = -(-context // page)  # whole pages per row: children may view it as pages
-        if widen(self, "cuda_graph_kv_indices", max_bs * topk * (context + steps), known={
-                max_bs * topk * context: "max_bs x topk x context, 0.5.13-",
-                max_num_tokens * context: "max_num_tokens x context, 0.5.11-0.5.12.post1"},
-                multiple_of=blocks, leading=(steps,)):
+        wide = widen(self, "cuda_graph_kv_indices", max_bs * topk * (context + steps), known={
+            max_bs * topk * context: "max_bs x topk x context, 0.5.13-",
+            max_num_tokens * context: "max_num_tokens x context, 0.5.11-0.5.12.post1"},
+            multiple_of=blocks, leading=(steps,))
+        if wide:
             for step, child in enumerate(self.attn_backends):  # draft-kv-indices-steps
                 child.cuda_graph_kv_indices = self.cuda_graph_kv_indices[step]
+        return [outcome("draft-kv-indices-steps", wide, "each step's row widened by the steps",
+                        "upstream sizes each step's row for the steps")]

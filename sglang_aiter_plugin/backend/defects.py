@@ -1,5 +1,6 @@
 """The ledger of upstream ``aiter`` backend defects that ``aiter-ext`` covers (:data:`DEFECTS`),
-per release; ``classes`` names, beside each step of graph set-up, the defect it fixes."""
+per release as measured; ``classes`` names, beside each step of graph set-up, the defect it fixes,
+and each step decides by what upstream's set-up left (``graph_fixes`` says what it did)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ DEFECTS: tuple[UpstreamDefect, ...] = (
         "rows", "kv_last_page_len, workspace_buffer and qo_indptr_unified_decode stay sized for "
         "the request pool P while CUDA graphs are captured (and MLP-sync pads eager batches) "
         "above it: shape errors, or kernels reading past them", "0.5.11-",
-        "sglang#22598 regrows only the indptrs (sglang#20978 padded the graphs)",
+        "sglang#22598 regrows only the indptrs (sglang#20978 padded the graphs); sglang#28764 "
+        "(open) sets them up at eager init, for the largest eager batch",
         "upstream sizes every per-batch buffer by the largest batch it sends"),
     UpstreamDefect(
         "draft-kv-indptr", "the EAGLE draft wrapper's shared kv_indptr is never grown: at a padded "
@@ -72,12 +74,13 @@ DEFECTS: tuple[UpstreamDefect, ...] = (
     UpstreamDefect(
         "eager-warm-up-ceiling", "with DP attention the eager warm-up (dummy) batch is padded to "
         "the attention-TP size, above the pool and the graph maximum (attention-TP 8, pool 100: "
-        "104 rows)", "0.5.11-", "sglang#40668", "upstream sizes the backend for the padded "
-        "eager batch"),
+        "104 rows)", "0.5.11-", "none for aiter: sglang#40668 (open) sizes FlashInfer's buffers "
+        "for it", "upstream sizes the backend for the padded eager batch"),
     UpstreamDefect(
         "unified-page-table", "unified decode at page size 1 without a sliding window: graph "
         "replay never copies the page indices into the page table the captured kernel reads "
-        "(zeros), so it attends to the wrong KV slots, silently", "0.5.11-", "none",
+        "(zeros), so it attends to the wrong KV slots, silently", "0.5.11-",
+        "sglang#40410, sglang#34833 (both open)",
         "upstream's graph metadata fills the table on that branch"),
 )
 

@@ -1,15 +1,52 @@
 """``unified-page-table`` (``backend.defects``): at page size 1 the unified decode graph reads a
-page table upstream's graph metadata never fills; the fill runs after it."""
+page table upstream's graph metadata never fills (sglang#40410 and sglang#34833 would fill it);
+:func:`upstream_fills` asks upstream's own metadata at graph set-up, and only where it leaves
+the table unfilled does the fill run after it."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
+
+import torch
 
 from sglang_aiter_plugin.backend.graph_metadata import wrap_metadata_methods
 
-__all__ = ["PATCH", "install_page_table_fill"]
+__all__ = ["PATCH", "install_page_table_fill", "upstream_fills"]
 
 PATCH = "unified-page-table"
+
+
+def _table(backend: Any) -> torch.Tensor:
+    table: torch.Tensor | None = getattr(backend, "cuda_graph_page_table", None)  # 0.5.13+
+    if table is None:  # else a view of the indices, one page (here a token) per entry
+        table = backend.cuda_graph_kv_indices.view(-1, int(backend.max_context_len))
+    return table
+
+
+def upstream_fills(backend: Any) -> bool:
+    """Whether upstream's graph metadata (the class's, not this instance's hooks) writes the page
+    table: one decode row (request slot 0, one token) through the method graph capture calls,
+    over a first entry marked -1, which it holds again afterwards."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    table, cls = _table(backend), type(backend)
+    one = torch.ones(1, dtype=torch.int64, device=backend.device)
+    slot = torch.zeros(1, dtype=torch.int64, device=backend.device)
+    kept = table[0, 0].clone()
+    table[0, 0] = -1
+    try:
+        if hasattr(cls, "init_forward_metadata_out_graph"):  # 0.5.13+
+            cls.init_forward_metadata_out_graph(backend, SimpleNamespace(
+                batch_size=1, req_pool_indices=slot, seq_lens=one, seq_lens_cpu=one.cpu(),
+                seq_lens_sum=1, forward_mode=ForwardMode.DECODE, spec_info=None,
+                encoder_lens=None, out_cache_loc=None, input_ids=slot), in_capture=True)
+        else:
+            cls.init_forward_metadata_capture_cuda_graph(
+                backend, 1, 1, slot, one, None, ForwardMode.DECODE, None)
+        return bool(table[0, 0] != -1)
+    finally:
+        table[0, 0] = kept
 
 
 def install_page_table_fill(backend: Any) -> None:
@@ -23,10 +60,7 @@ def install_page_table_fill(backend: Any) -> None:
         lens = batch.seq_lens_cpu if batch.seq_lens_cpu is not None else batch.seq_lens
         width = int(lens[:bs].max()) if bs else 0
         rows = backend.req_to_token[batch.req_pool_indices[:bs], :width]
-        table = getattr(backend, "cuda_graph_page_table", None)  # its own (0.5.13+)
-        if table is None:  # else a view of the indices, one page (here a token) per entry
-            table = backend.cuda_graph_kv_indices.view(-1, int(backend.max_context_len))
-        table[:bs, :width].copy_(rows)
+        _table(backend)[:bs, :width].copy_(rows)
 
     wrap_metadata_methods(backend, PATCH, "aiter-ext cannot fill the unified page "
                           "table its graphs read. Use --attention-backend aiter with --page-size "

@@ -95,6 +95,9 @@ class BufferPool:
             else spec.allocate(capacity, device)
             for name, spec in self._specs.items()
         }
+        #: the buffers allocated here because the tensor handed over did not fit
+        self.reallocated = tuple(n for n, t in self._tensors.items() if t is not adopt.get(n))
+        self._handed_bytes = sum(t.nbytes for t in adopt.values())
         self._bindings: list[Binding] = []
         self._frozen: str | None = None
 
@@ -102,6 +105,10 @@ class BufferPool:
     def capacity(self) -> int:
         """Batch rows every buffer can hold."""
         return self._capacity
+
+    def bytes_beyond_handed(self) -> int:
+        """Bytes the pool holds beyond the tensors it was handed at construction."""
+        return sum(t.nbytes for t in self._tensors.values()) - self._handed_bytes
 
     def names(self) -> list[str]:
         return list(self._specs)

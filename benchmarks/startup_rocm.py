@@ -24,7 +24,7 @@ wrapped method: the module walk that registering the wrappers through ``HookRegi
 (before and after a change, side by side)::
 
     .venv/bin/python -m benchmarks.startup_rocm --runs 12
-    git archive HEAD~1 | tar -x -C /tmp/base
+    mkdir /tmp/base && git archive HEAD~1 | tar -x -C /tmp/base
     .venv/bin/python -m benchmarks.startup_rocm --runs 12 --baseline /tmp/base
 """
 
@@ -142,7 +142,7 @@ print("RESULT " + json.dumps(ms))
 MODULES = ROCM + """import importlib._bootstrap as bootstrap, json, sys, time
 import sglang.launch_server
 from sglang.srt.plugins import load_plugins
-own, nested = {}, [0.0]
+own, nested = {{}}, [0.0]
 real = bootstrap._find_and_load  # every import of a module not yet loaded calls it
 def timed(name, import_):
     if name in sys.modules:  # importlib.import_module of a loaded module calls it too
@@ -155,11 +155,14 @@ def timed(name, import_):
         took = time.perf_counter() - t
         own[name] = (took - nested[0]) * 1000
         nested[0] = outer + took
+preloaded = {{m: m in sys.modules for m in {preloaded!r}}}
 bootstrap._find_and_load = timed
 load_plugins()
 bootstrap._find_and_load = real
-print("RESULT " + json.dumps(own))
+print("RESULT " + json.dumps({{"own": own, "preloaded": preloaded}}))
 """
+#: Modules the plugin uses that sglang may already have imported when it loads plugins.
+PRELOADED = ("packaging.version", "importlib.metadata")
 
 
 def _install_wheel(tree: Path, dest: Path) -> list[Path]:
@@ -189,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     last: dict[str, Any] = {}
     steps: dict[str, list[float]] = {}
     modules: dict[str, list[float]] = {}
+    preloaded: dict[str, bool] = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         trees = {"installed": ROOT, "baseline installed": args.baseline}
@@ -220,8 +224,11 @@ def main(argv: list[str] | None = None) -> int:
                                        f"{sorted(BUYS)}\n{err[-2000:]}")
                 for label, value in timed.items():
                     steps.setdefault(label, []).append(value)
-                _, _, out, _ = _run([sys.executable, "-S", "-c", MODULES], envs["installed"], tmp)
-                for name, own_ms in json.loads(out.split("RESULT ", 1)[1]).items():
+                code = MODULES.format(preloaded=PRELOADED)
+                _, _, out, _ = _run([sys.executable, "-S", "-c", code], envs["installed"], tmp)
+                imported = json.loads(out.split("RESULT ", 1)[1])
+                preloaded = imported["preloaded"]
+                for name, own_ms in imported["own"].items():
                     modules.setdefault(name, []).append(own_ms)
             print(f"round {i}/{args.runs}", file=sys.stderr, flush=True)
     ms = {key: {k: _summary(v) for k, v in series.items()} for key, series in samples.items()}
@@ -246,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     result["steps"] = {label: {"ms": _summary(v), "buys": BUYS[label]}
                        for label, v in steps.items()}
     result["modules_ms"] = {name: _summary(v) for name, v in modules.items()}
+    result["preloaded"] = preloaded
     result["walk_ms_total"] = sum(v["median"] for k, v in ms["installed, launcher"].items()
                                   if k.startswith("walk "))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -98,60 +98,79 @@ def _collectives_overhead(data: dict[str, Any], _: Path) -> list[str]:
 
 
 def _startup_rocm(data: dict[str, Any], _: Path) -> list[str]:
-    ms = data["ms"]
+    ms, ratio = data["ms"], data["ratio"]
     lines = ["## Start-up cost as on a ROCm host (every collective wrapper installed)", "",
              *header(data),
-             "| variant | `load_plugins()` call | then `import parallel_state` |",
-             "| --- | --- | --- |"]
+             f"The plugin installed from its wheel, bytecode compiled, `torch.version.hip` set "
+             f"(`{data['hip']}`) before sglang is imported; fresh processes, the plugin installed "
+             "and not installed interleaved round by round.", "",
+             "| variant | `load_plugins()` call | its CPU time | then `import parallel_state` |",
+             "| --- | --- | --- | --- |"]
     for key, series in ms.items():
-        lines.append(f"| {key} | {fmt(series['call_ms'], 'ms')} | "
-                     f"{fmt(series['ps_ms'], 'ms')} |")
+        lines.append(f"| {key} | {fmt(series['call_ms'], 'ms')} | {fmt(series['cpu_ms'], 'ms')} "
+                     f"| {fmt(series['ps_ms'], 'ms')} |")
+
+    def times(key: str) -> str:
+        r = ratio[key]
+        return (f"**{r['median']:.2f}x** (round by round: IQR {r['q1']:.2f} to {r['q3']:.2f}, "
+                f"n={int(r['n'])}; {data['added_ms'][key]:+.1f} ms, median minus median; CPU "
+                f"time {data['cpu_ratio'][key]['median']:.2f}x)")
+
+    bare_ps = (ms["installed, bare"]["ps_ms"]["median"]
+               - ms["not installed, bare"]["ps_ms"]["median"])
+    lines += ["", f"- What the plugin adds to `load_plugins()`, as a multiple of what sglang's own "
+              f"`load_plugins()` costs without it: after the launcher's imports "
+              f"{times('installed, launcher')}; in a bare process {times('installed, bare')}, "
+              f"where the collective decision waits for `parallel_state` (that import then takes "
+              f"{bare_ps:+.1f} ms more)."]
+    if "baseline installed, launcher" in ratio:
+        lines.append(f"- The baseline checkout (`--baseline`), in the same rounds: after the "
+                     f"launcher's imports {times('baseline installed, launcher')}; bare "
+                     f"{times('baseline installed, bare')}.")
     walks = {k[5:]: v for k, v in ms["installed, launcher"].items() if k.startswith("walk ")}
     walked = ", ".join(f"`{k}` {fmt(v, 'ms')}" for k, v in walks.items())
-    imports = data["collectives_import_ms"]
+    gc_ms = ", ".join(f"{key} {series['gc_ms']['median']:.1f} ms" for key, series in ms.items())
     lines += [
-        "",
         f"- Wrappers in place after the launcher's `load_plugins()`: "
         f"{', '.join(data['wrapped']['installed, launcher']) or 'none'}; bare process, after "
         f"`import parallel_state`: {', '.join(data['wrapped']['installed, bare']) or 'none'}.",
-        f"- The plugin adds to `load_plugins()`: **{data['added_call_ms_launcher']:+.1f} ms** "
-        f"after the launcher's imports, **{data['added_call_ms_bare']:+.1f} ms** in a bare "
-        f"process (where the collective decision waits for `parallel_state`; that import then "
-        f"takes {data['added_ps_import_ms_bare']:+.1f} ms more). Of that, the four collective "
-        f"fixes' probes and installs (installed minus installed with them switched off): "
-        f"**{data['collectives_apply_ms_launcher']:+.1f} ms** (launcher), "
-        f"{data['collectives_apply_ms_bare']:+.1f} ms (bare); importing their modules: "
-        f"{fmt(imports, 'ms', 2)}.",
         f"- What registering the wrappers through sglang's `HookRegistry` would have added: its "
         f"`_propagate_patch` module walk, timed once per wrapped method in the same launcher "
-        f"processes: {walked}; "
-        f"**{data['walk_ms_total']:.1f} ms** together. Bindings it found to replace: "
-        f"{data['walk_found']}.",
-        "",
-    ]
-    gc_ms = {key: series["gc_ms"]["median"] for key, series in ms.items() if "gc_ms" in series}
-    if gc_ms:
-        lines += ["- Garbage collection inside the `load_plugins()` call (medians): "
-                  + ", ".join(f"{key} {value:.1f} ms" for key, value in gc_ms.items())
-                  + ". sglang's launcher imports leave garbage behind (a discarded `ServerArgs` "
-                  "class among it); the next collection of the middle generation frees it, in "
-                  "whichever call allocates next. With the plugin that falls inside "
-                  "`load_plugins()`; without it, just after.", ""]
-    phases = {k: v for k, v in data.get("phases_ms", {}).items() if not k.startswith("(not run)")}
-    compared = {k[len("(not run) "):]: v for k, v in data.get("phases_ms", {}).items()
-                if k.startswith("(not run)")}
-    if phases:
-        total = sum(v["median"] for v in phases.values())
-        lines += ["Where the plugin's part goes: `register()`'s steps run one by one in the same "
-                  "order, timed inside a launcher process (installed, as on ROCm; medians):", "",
-                  "| step | ms | share |", "| --- | --- | --- |"]
-        lines += [f"| {label} | {fmt(v, 'ms', 2)} | {v['median'] / total:.0%} |"
-                  for label, v in phases.items()]
-        lines += [f"| all steps (sum of medians) | {total:.2f} ms | 100% |", ""]
-    for label, v in compared.items():
-        lines += [f"- Not run by `register()`, timed in the same processes for comparison: "
-                  f"importlib.metadata's {label}: {fmt(v, 'ms', 2)}.", ""]
-    return lines
+        f"processes: {walked}; **{data['walk_ms_total']:.1f} ms** together. Bindings it found to "
+        f"replace: {data['walk_found']}.",
+        f"- Garbage collection inside the `load_plugins()` call (medians): {gc_ms}. sglang's "
+        "launcher imports leave garbage behind; the next collection frees it, in whichever call "
+        "allocates next: with the plugin that falls inside `load_plugins()`, without it just "
+        "after.", ""]
+    steps = data["steps"]
+    total = sum(v["ms"]["median"] for v in steps.values())
+    lines += ["What each millisecond buys: `register()`'s steps run one by one in its order, "
+              "timed inside a launcher process (installed, as on ROCm; medians):", "",
+              "| step | ms | share | what it buys |", "| --- | --- | --- | --- |"]
+    lines += [f"| {label} | {fmt(v['ms'], 'ms', 2)} | {v['ms']['median'] / total:.0%} | "
+              f"{v['buys']} |" for label, v in steps.items()]
+    lines += [f"| all steps (sum of medians) | {total:.2f} ms | 100% | |", ""]
+    modules = data["modules_ms"]
+    pluggy = [m for m in modules if m.split(".")[0] == "pluggy"]
+    rows = [(m, modules[m]["median"]) for m in modules if m not in pluggy]
+    rows.append((f"pluggy ({len(pluggy)} modules)", sum(modules[m]["median"] for m in pluggy)))
+    lines += ["Each module `load_plugins()` imports with the plugin: its own import time (found, "
+              "loaded and run; the imports it makes excluded, as `-X importtime` counts), timed "
+              "in a launcher process; medians, largest first:", "",
+              "| module | ms |", "| --- | --- |"]
+    lines += [f"| {name} | {value:.2f} |" for name, value in sorted(rows, key=lambda r: -r[1])]
+    imports = sum(v for _, v in rows)
+    lines += [f"| all {len(modules)} modules | {imports:.2f} |", ""]
+    probes = sum(v["ms"]["median"] for k, v in steps.items() if k.startswith("apply capture-"))
+    preloaded = [m for m, loaded in data.get("preloaded", {}).items() if loaded]
+    lines += [f"- Of the plugin's part, importing modules takes {imports:.1f} ms ({len(pluggy)} of "
+              f"them pluggy's, {sum(modules[m]['median'] for m in pluggy):.1f} ms; "
+              f"{len(modules) - len(pluggy)} the plugin's own); the collective fixes' probes and "
+              f"installs {probes:.1f} ms."]
+    if preloaded:
+        lines.append(f"- Already imported by sglang when it loads plugins (nothing to save by not "
+                     f"using them): {', '.join(f'`{m}`' for m in preloaded)}.")
+    return [*lines, ""]
 
 
 SECTIONS: dict[str, Section] = {

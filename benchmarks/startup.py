@@ -29,6 +29,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,23 +44,25 @@ LOAD = ("import json, sys, time; {pre}from sglang.srt.plugins import load_plugin
 PRELUDES = {"bare": "", "launcher": "import sglang.launch_server; "}
 
 
-def _overlays(tmp: Path) -> dict[str, Path]:
-    """Two PYTHONPATH roots: the environment with and without this project installed."""
+def _overlay(root: Path, plugin: Iterable[Path]) -> Path:
+    """A PYTHONPATH root at ``root``: the environment's site-packages (symlinks) without this
+    project, plus the ``plugin`` entries (an install of it); another sglang release first."""
     site = Path(sysconfig.get_paths()["purelib"])
-    without, with_ = tmp / "without", tmp / "with"
-    without.mkdir()
-    with_.mkdir()
+    root.mkdir()
     for entry in site.iterdir():
-        if entry.suffix == ".pth" or "sglang_aiter_plugin" in entry.name:
-            continue
-        (without / entry.name).symlink_to(entry)
-        (with_ / entry.name).symlink_to(entry)
-    for entry in site.glob("sglang_aiter_plugin-*.dist-info"):
-        (with_ / entry.name).symlink_to(entry)
-    (with_ / "sglang_aiter_plugin").symlink_to(ROOT / "sglang_aiter_plugin")
+        if entry.suffix != ".pth" and "sglang_aiter_plugin" not in entry.name:
+            (root / entry.name).symlink_to(entry)
+    for entry in plugin:
+        (root / entry.name).symlink_to(entry)
     extra = os.environ.get("PYTHONPATH", "")  # another sglang release first, as tools/with-sglang
-    return {name: Path(f"{extra}:{p}" if extra else str(p)) for name, p in
-            (("with", with_), ("without", without))}
+    return Path(f"{extra}:{root}" if extra else str(root))
+
+
+def _overlays(tmp: Path) -> dict[str, Path]:
+    """Two PYTHONPATH roots: the environment with and without this checkout installed."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    checkout = [*site.glob("sglang_aiter_plugin-*.dist-info"), ROOT / "sglang_aiter_plugin"]
+    return {"with": _overlay(tmp / "with", checkout), "without": _overlay(tmp / "without", [])}
 
 
 def _run(args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int, str, str]:

@@ -37,6 +37,7 @@ print("RESULT " + json.dumps({
     "plugin_loaders": [type(l).__name__ for l in loaders if isinstance(l, _Loader)],
     "module_loaders": [type(server_args.__loader__).__name__],
     "registry_imported": "sglang.srt.layers.attention.attention_registry" in sys.modules,
+    "backend_imported": "sglang_aiter_plugin.backend" in sys.modules,
     "propagate": plugin_logger.propagate,
     "statuses": {s.name: s.state.value for s in last_statuses()},
 }))
@@ -60,6 +61,7 @@ def test_a_launch_without_aiter_ext_leaves_nothing_behind(launch: Result) -> Non
     assert data["env_added"] == control.data["env_added"]
     # sglang's launcher need not import the backend registry; the hook must not wait for it
     assert data["registry_imported"] is False
+    assert data["backend_imported"] is False  # only a launch choosing aiter-ext needs it
     assert data["marker"] is False
     assert data["finders"] == []  # the import hook is gone once nothing waits
     assert data["plugin_loaders"] == []  # the modules it watched keep their own loaders

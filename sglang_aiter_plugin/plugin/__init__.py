@@ -3,7 +3,7 @@
 Each fix in :data:`~sglang_aiter_plugin.fixes.BUILTIN_FIXES` is a pluggy plugin (a module, or an
 object such as the collective fixes) implementing the hook in :mod:`sglang_aiter_plugin.plugin.spec`
 with :data:`hookimpl`. Only names starting with :data:`HOOK_PREFIX` are hooks (as pytest does for
-``pytest_``): pluggy never inspects a fix's other attributes.
+``pytest_``): pluggy never inspects the other attributes of a fix or of the spec.
 """
 
 from __future__ import annotations

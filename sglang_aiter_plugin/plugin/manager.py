@@ -32,12 +32,18 @@ def load(value: str) -> object:
 
 
 class _PluggyManager(pluggy.PluginManager):
-    """pluggy's manager, looking only at names starting with :data:`HOOK_PREFIX`."""
+    """pluggy's manager, looking only at names starting with :data:`HOOK_PREFIX`, in the fixes
+    and in the hook spec."""
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
         if not name.startswith(HOOK_PREFIX):
             return None
         return super().parse_hookimpl_opts(plugin, name)
+
+    def parse_hookspec_opts(self, module_or_class: Any, name: str) -> Any:
+        if not name.startswith(HOOK_PREFIX):
+            return None
+        return super().parse_hookspec_opts(module_or_class, name)
 
 
 class PluginManager:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pluggy
 import pytest
 from packaging.version import Version
 
@@ -92,6 +94,22 @@ def test_only_hook_names_are_looked_at_on_a_fix() -> None:
     finally:
         del sys.modules["tpf_object"]
     assert statuses == {"object": FixStatus("object", FixState.APPLIED, "ok")}
+
+
+def test_only_hook_names_are_looked_at_in_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pluggy parses the spec's ``aiter_ext_`` names only, not the rest of the module (its
+    imports, ``FixContext``): each one it parsed costs start-up time in every sglang process."""
+    parsed: list[str] = []
+    parse = pluggy.PluginManager.parse_hookspec_opts
+
+    def spy(manager: pluggy.PluginManager, module_or_class: Any, name: str) -> Any:
+        parsed.append(name)
+        return parse(manager, module_or_class, name)
+
+    monkeypatch.setattr(pluggy.PluginManager, "parse_hookspec_opts", spy)
+    manager = PluginManager([])
+    assert parsed == ["aiter_ext_apply_fix"]
+    assert manager.pluggy.hook.aiter_ext_apply_fix.spec is not None
 
 
 @pytest.mark.usefixtures("modules")

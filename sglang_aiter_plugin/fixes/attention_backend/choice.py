@@ -20,7 +20,6 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from sglang_aiter_plugin import backend
 from sglang_aiter_plugin._errors import AiterExtError, shorten
 from sglang_aiter_plugin._log import log
 from sglang_aiter_plugin._patch import wrap_once
@@ -112,6 +111,8 @@ def fold(server_args: Any, *, declare: bool) -> list[str]:
     named = {f: v for f in BACKEND_FIELDS if isinstance(v := getattr(server_args, f, None), str)}
     folded = sorted(f for f, v in named.items() if v == EXT_NAME)
     if folded:
+        from sglang_aiter_plugin import backend
+
         # before sglang detects devices or loads anything; the message names the flag typed
         backend.require_aiter(f"--{folded[0].replace('_', '-')}", host_only=True)
         _check(server_args, folded, named)

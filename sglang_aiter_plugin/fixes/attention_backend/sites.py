@@ -15,7 +15,6 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from sglang_aiter_plugin import backend
 from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._patch import wrap_once
 from sglang_aiter_plugin._rebind import rebound
@@ -72,6 +71,8 @@ def _selecting(original: Callable[..., Any], builds: str,
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not is_selected(record_of(*args)):
             return original(*args, **kwargs)
+        from sglang_aiter_plugin import backend
+
         backend.require_aiter()  # first: without ROCm the message names ROCm and aiter
         return rebound(original, {builds: plugin_class(builds)}, module=AITER_BACKEND_MODULE)(
             *args, **kwargs)
@@ -97,6 +98,8 @@ def _draft_record(factory: Any, *_: Any) -> Any:
 
 def unfolded_backend(runner: Any) -> Any:
     """``ATTENTION_BACKENDS['aiter-ext']``: reached only when the fold did not run."""
+    from sglang_aiter_plugin import backend
+
     backend.require_aiter()
     raise UnfoldedSelectionError(
         "attention backend 'aiter-ext' reached the model runner without being resolved as "

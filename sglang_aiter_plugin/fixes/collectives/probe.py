@@ -11,6 +11,7 @@ sglang, torch or ``os.environ`` holds changes. A non-AITER collective raises :cl
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 import logging
 from collections.abc import Callable, Mapping
@@ -146,6 +147,7 @@ AITER_CALLS: dict[str, AiterCall] = {
         "given", lambda qkv_in, q_w, k_w, cos_sin_cache, position_ids, head_dim, rotary_dim,
         eps, registered=False: (qkv_in,) * 3),
 }
+_signature = functools.cache(inspect.signature)  # each of aiter's calls, read once per process
 NO_COLLECTIVE = ("capture", "should_custom_ar", "should_custom_ar_bytes", "should_custom_ag",
                  "should_custom_rs")
 """aiter's communicator methods that run no collective: the capture context (it exports what
@@ -175,7 +177,7 @@ class CaptureCommunicator:
         aiter = AITER_CALLS[method]
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            given = inspect.signature(aiter.result).bind(*args, **kwargs)  # aiter's parameters
+            given = _signature(aiter.result).bind(*args, **kwargs)  # aiter's parameters
             if aiter.gate is not None and not aiter.gate(self, *given.args, **given.kwargs):
                 return aiter.result(*args, **kwargs) if aiter.gated_outputs else None
             made = (self.enable_register_for_capturing if aiter.registers == "flag"

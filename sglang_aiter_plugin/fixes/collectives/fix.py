@@ -41,9 +41,8 @@ from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
 __all__ = ["PARALLEL_STATE", "UNREGISTERED", "CollectiveFix", "Decision", "Method", "Plan",
-           "all_gather_unregistered",
-           "communicator_view", "fused_unregistered", "install",
-           "is_installed", "plan_for", "qknorm_unregistered", "reduce_scatter_unregistered"]
+           "all_gather_unregistered", "communicator_view", "fused_unregistered", "is_installed",
+           "plan_for", "qknorm_unregistered", "reduce_scatter_unregistered"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
 logger = logging.getLogger("sglang_aiter_plugin")
@@ -164,20 +163,8 @@ UNREGISTERED: dict[str, Callable[..., Any]] = {
 
 
 def is_installed(cls: type, name: str) -> bool:
-    """Whether a wrapper :func:`install` made is anywhere on ``cls.name``."""
+    """Whether a collective fix's wrapper is anywhere on ``cls.name``."""
     return patched(vars(cls).get(name))
-
-
-def install(cls: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]],
-            fix: str) -> bool:
-    """Put ``wrap(current)`` (with ``__wrapped__``) on ``cls.name``, marked as ``fix``; ``True`` if
-    installed now, ``False`` if already; ``TypeError`` if ``cls.name`` is not a plain function."""
-    return wrap_once(cls, name, fix, wrap, functions_only=True)
-
-
-def release_name(version: Version | None) -> str:
-    """``sglang 0.5.23`` for statuses (``this sglang`` when the release is not known)."""
-    return f"sglang {version}" if version is not None else "this sglang"
 
 
 class Method(NamedTuple):
@@ -265,7 +252,7 @@ class CollectiveFix:
 
     def decide(self, cls: type, version: Version | None) -> Decision:
         """Probe :attr:`methods` on ``cls`` (nothing is installed)."""
-        release = release_name(version)
+        release = f"sglang {version}" if version is not None else "this sglang"
         found: list[tuple[str, ProbeResult]] = []
         absent: list[str] = []
         for method in self.methods:
@@ -327,5 +314,5 @@ class CollectiveFix:
         if decision.methods:
             self.plan = plan_for(decision.ignored, module.envs)
             for name in decision.methods:
-                install(cls, name, self.wrap, self.name)
+                wrap_once(cls, name, self.name, self.wrap, functions_only=True)
         return decision.status

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from sglang_aiter_plugin._patch import MARK
+from sglang_aiter_plugin._patch import MARK, wrap_once
 from sglang_aiter_plugin._rebind import Overlay
 from sglang_aiter_plugin.fixes.collectives import (
     ALL_GATHER,
@@ -21,7 +21,6 @@ from sglang_aiter_plugin.fixes.collectives.fix import (
     CollectiveFix,
     Plan,
     communicator_view,
-    install,
     is_installed,
     plan_for,
 )
@@ -309,11 +308,11 @@ def _double(original: Any) -> Any:
     return method
 
 
-def test_install_wraps_once_and_keeps_the_original_reachable() -> None:
+def test_a_wrapper_is_installed_once_and_keeps_the_original_reachable() -> None:
     cls = type("Target", (_Target,), {"method": _Target.method})
     assert is_installed(cls, "method") is False
-    assert install(cls, "method", _double, "fix-a") is True
-    assert install(cls, "method", _double, "fix-a") is False
+    assert wrap_once(cls, "method", "fix-a", _double, functions_only=True) is True
+    assert wrap_once(cls, "method", "fix-a", _double, functions_only=True) is False
     wrapper = vars(cls)["method"]
     assert cls().method(1) == 4
     assert getattr(wrapper, MARK) == "fix-a"
@@ -325,7 +324,7 @@ def test_install_wraps_once_and_keeps_the_original_reachable() -> None:
 
 def test_a_wrapper_below_another_layer_is_still_found() -> None:
     cls = type("Target", (_Target,), {"method": _Target.method})
-    install(cls, "method", _double, "fix-a")
+    wrap_once(cls, "method", "fix-a", _double, functions_only=True)
 
     def outer(self: Any, x: int) -> int:  # another plugin's layer: no mark of ours on it
         return 0
@@ -334,14 +333,14 @@ def test_a_wrapper_below_another_layer_is_still_found() -> None:
     setattr(cls, "method", outer)  # noqa: B010
     assert not hasattr(outer, MARK)
     assert is_installed(cls, "method") is True
-    assert install(cls, "method", _double, "fix-a") is False
+    assert wrap_once(cls, "method", "fix-a", _double, functions_only=True) is False
     assert layers(cls, "method") == 2
 
 
-def test_install_refuses_what_is_not_a_plain_function() -> None:
+def test_a_wrapper_refuses_what_is_not_a_plain_function() -> None:
     cls = type("Target", (), {"method": staticmethod(lambda x: x)})
     with pytest.raises(TypeError, match=r"Target\.method is staticmethod, not a function"):
-        install(cls, "method", _double, "fix-a")
+        wrap_once(cls, "method", "fix-a", _double, functions_only=True)
 
 
 def test_another_plugins_hook_registry_hook_wraps_the_plugins_wrapper() -> None:

@@ -43,11 +43,7 @@ def run_fixes() -> tuple[Switches, list[FixStatus]]:
         _switches = switches
         manager = PluginManager(BUILTIN_FIXES, blocked=switches.disabled_fixes)
         _statuses = {}
-        context = FixContext(
-            plugin_version=__version__,
-            sglang_version=installed_sglang_version(),
-            report=_report_later,
-        )
+        context = FixContext(sglang_version=installed_sglang_version(), report=_report_later)
         for status in manager.apply_fixes(context):
             _statuses.setdefault(status.name, status)
         return _switches, list(_statuses.values())

@@ -26,13 +26,8 @@ class FixContext(NamedTuple):
     later outcome (a fix that returned ``pending`` calls it once its deferred work has run; the
     log and ``doctor`` then show it; a context built without one drops them)."""
 
-    plugin_version: str
     sglang_version: Version | None
     report: Callable[[FixStatus], None] = lambda status: None
-
-    def with_report(self, report: Callable[[FixStatus], None]) -> FixContext:
-        """The same context reporting to ``report``."""
-        return self._replace(report=report)
 
 
 @hookspec

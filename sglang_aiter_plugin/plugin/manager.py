@@ -31,8 +31,8 @@ def load(value: str) -> object:
 
 
 class _PluggyManager(pluggy.PluginManager):
-    """pluggy's manager, looking only at names starting with :data:`HOOK_PREFIX`, in the fixes
-    and in the hook spec."""
+    """pluggy's manager, looking only at names starting with :data:`HOOK_PREFIX` (in the fixes
+    and in the spec): pluggy never evaluates the other attributes of a fix."""
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
         if not name.startswith(HOOK_PREFIX):

@@ -1,8 +1,5 @@
-"""``register()``: what sglang's plugin loader calls in every process that loads plugins.
-
-The statuses kept here are replaced when a ``pending`` fix reports its final outcome, so the log
-and ``doctor`` always show what happened last.
-"""
+"""``register()``'s work in every process that loads plugins, and the statuses of its fixes (as
+of now: a ``pending`` fix's final outcome replaces its status)."""
 
 from __future__ import annotations
 

@@ -18,21 +18,9 @@ from sglang_aiter_plugin._errors import AiterExtError, shorten
 from sglang_aiter_plugin._log import log
 from sglang_aiter_plugin._patch import wrap_once
 
-__all__ = [
-    "BACKEND_FIELDS",
-    "EXT_NAME",
-    "MARKER_ATTR",
-    "PATCH",
-    "SELECTED_ENV",
-    "STOCK_NAME",
-    "BackendChoiceError",
-    "SelectionError",
-    "fold",
-    "fold_point",
-    "install_fold",
-    "is_selected",
-    "record",
-]
+__all__ = ["BACKEND_FIELDS", "EXT_NAME", "MARKER_ATTR", "PATCH", "SELECTED_ENV", "STOCK_NAME",
+           "BackendChoiceError", "SelectionError", "fold", "fold_point", "install_fold",
+           "is_selected", "record"]
 
 EXT_NAME = "aiter-ext"
 STOCK_NAME = "aiter"

@@ -29,18 +29,13 @@ Remove when:
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from collections.abc import Callable
 from types import ModuleType
 
 from sglang_aiter_plugin._post_import import cancel, when_imported
 from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin.fixes.attention_backend.choice import (
-    EXT_NAME,
-    SELECTED_ENV,
-    install_fold,
-)
+from sglang_aiter_plugin.fixes.attention_backend.choice import EXT_NAME, install_fold
 from sglang_aiter_plugin.fixes.attention_backend.sites import (
     REGISTRY_MODULE,
     SERVER_ARGS_MODULE,
@@ -100,7 +95,7 @@ class AttentionBackendFix:
         with self._lock:
             if REGISTRY_MODULE in self._done:
                 return
-            self._sites_wanted = wanted or os.environ.get(SELECTED_ENV) == "1"  # or inherited
+            self._sites_wanted = wanted
         if self._sites_wanted:
             when_imported(REGISTRY_MODULE, self._run_sites)
         else:

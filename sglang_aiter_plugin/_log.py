@@ -13,12 +13,9 @@ _FALLBACK.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(name)s: 
 
 
 def log(level: int, msg: str, *args: object) -> None:
-    """One of the plugin's few lines (start-up, the fold, a fix's final outcome), always shown.
-
-    sglang configures logging only after plugins load, so a line its level would drop goes to the
-    application's handlers anyway (with none, to stderr), unless this logger's own level was set
-    (``logging.getLogger("sglang_aiter_plugin").setLevel(...)`` silences it). No level or handler
-    is changed."""
+    """One of the plugin's few lines, shown although sglang configures logging only after plugins
+    load: a line the root level would drop still goes to the application's handlers (with none,
+    to stderr), unless this logger's own level was set. No level or handler is changed."""
     if logger.level != logging.NOTSET and not logger.isEnabledFor(level):
         return  # the plugin's logger was configured explicitly: respect it
     record = logger.makeRecord(logger.name, level, __file__, 0, msg, args, None)

@@ -1,10 +1,8 @@
-"""The one way the plugin changes a function of sglang's: wrap it once, marked with the patch.
+"""The one way the plugin changes a function of sglang's (every patch): :func:`wrap_once`.
 
-Every patch (the collective wrappers, the fold, the construction sites, the bounds check and the
-unified page-table fill) goes through :func:`wrap_once`: the wrapper keeps the original as
-``__wrapped__`` and carries :data:`MARK`, whose value names the patch. A patch is found again below
-any layer that keeps ``__wrapped__`` (sglang's hook registry, another plugin), so applying it a
-second time (a second ``register()``, a second graph set-up) changes nothing.
+A patch is found again below any layer that keeps ``__wrapped__`` (sglang's hook registry, another
+plugin), so applying it a second time (a second ``register()``, a second graph set-up) changes
+nothing.
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ from typing import Any
 
 __all__ = ["MARK", "patched", "wrap_once"]
 
-MARK = "__sglang_aiter_plugin_patch__"
-"""Attribute on every wrapper :func:`wrap_once` makes; its value: the patch's name."""
+MARK = "__sglang_aiter_plugin_patch__"  # on every wrapper wrap_once makes: the patch's name
 
 _lock = threading.RLock()
 
@@ -39,8 +36,9 @@ def patched(fn: Any, patch: str | None = None) -> bool:
 def wrap_once(holder: Any, name: str, patch: str,
               wrap: Callable[[Callable[..., Any]], Callable[..., Any]], *, item: bool = False,
               functions_only: bool = False) -> bool:
-    """Replace ``holder.name`` (``holder[name]`` with ``item``) by ``wrap(current)``, marked as
-    ``patch``; return ``False``, changing nothing, where ``current`` already is or wraps it.
+    """Replace ``holder.name`` (``holder[name]`` with ``item``) by ``wrap(current)``, keeping it as
+    ``__wrapped__`` and marked as ``patch``; return ``False``, changing nothing, where
+    ``current`` already is or wraps it.
     ``functions_only``: ``TypeError`` unless the class attribute is a plain function."""
     with _lock:
         current = holder[name] if item else getattr(holder, name)

@@ -27,11 +27,8 @@ _lock = threading.RLock()
 
 
 def when_imported(module_name: str, callback: _Callback) -> bool:
-    """Call ``callback(module)`` after ``module_name`` is imported, or now if it already is.
-
-    Returns whether it ran now. A deferred callback's exceptions are logged, never raised into
-    the importer.
-    """
+    """Call ``callback(module)`` after ``module_name`` is imported, or now if it already is;
+    return whether it ran now. A deferred callback's exceptions are logged, never raised."""
     with _lock:
         module = sys.modules.get(module_name)
         if module is None:

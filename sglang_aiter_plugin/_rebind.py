@@ -1,10 +1,6 @@
-"""Run one of sglang's functions with some of the names it looks up resolved to other objects.
-
-sglang's own code builds the plugin's classes (``AiterAttnBackend`` -> ``AiterExtAttnBackend``)
-and the probes run sglang's own code on a simulated platform (``is_hip`` -> ``True``).
-:func:`rebound` makes a *copy* of the function over a copy of its globals (and, for
-``from <module> import <name>`` inside it, an import that answers those names): nothing sglang
-reads is modified, so there is nothing to restore and nothing another thread can observe.
+"""Run one of sglang's functions with some of the names it looks up resolved to other objects
+(``AiterAttnBackend`` -> ``AiterExtAttnBackend``, ``is_hip`` -> ``True``), as a *copy*: nothing
+sglang reads is modified, so there is nothing to restore and nothing another thread can observe.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""``register()``: what sglang's plugin loader calls in every process that loads plugins.
-
-The statuses kept here are replaced when a ``pending`` fix reports its final outcome, so the log
-and ``doctor`` always show what happened last.
-"""
+"""``register()``'s work in every process that loads plugins, and the statuses of its fixes (as
+of now: a ``pending`` fix's final outcome replaces its status)."""
 
 from __future__ import annotations
 
@@ -43,11 +40,7 @@ def run_fixes() -> tuple[Switches, list[FixStatus]]:
         _switches = switches
         manager = PluginManager(BUILTIN_FIXES, blocked=switches.disabled_fixes)
         _statuses = {}
-        context = FixContext(
-            plugin_version=__version__,
-            sglang_version=installed_sglang_version(),
-            report=_report_later,
-        )
+        context = FixContext(sglang_version=installed_sglang_version(), report=_report_later)
         for status in manager.apply_fixes(context):
             _statuses.setdefault(status.name, status)
         return _switches, list(_statuses.values())

@@ -10,11 +10,8 @@ from packaging.version import InvalidVersion, Version
 
 from sglang_aiter_plugin import _releases
 
-__all__ = ["NEWEST_TESTED_VERSION", "OLDEST_SUPPORTED_VERSION", "SUPPORTED_RANGE", "Support",
-           "installed_sglang_version", "support_of"]
+__all__ = ["SUPPORTED_RANGE", "Support", "installed_sglang_version", "support_of"]
 
-OLDEST_SUPPORTED_VERSION = Version(_releases.OLDEST_SUPPORTED)
-NEWEST_TESTED_VERSION = Version(_releases.NEWEST_TESTED)
 SUPPORTED_RANGE = f"{_releases.OLDEST_SUPPORTED} to {_releases.NEWEST_TESTED}"  # for messages
 
 
@@ -39,11 +36,12 @@ def installed_sglang_version() -> Version | None:
 
 
 def support_of(v: Version | None) -> str:
+    """What the plugin says of sglang release ``v`` (one of :class:`Support`'s values)."""
     if v is None:
         return Support.MISSING
     release = Version(v.base_version)
-    if release < OLDEST_SUPPORTED_VERSION or release >= Version(_releases.SUPPORTED_BELOW):
+    if not Version(_releases.OLDEST_SUPPORTED) <= release < Version(_releases.SUPPORTED_BELOW):
         return Support.UNSUPPORTED
-    if release > NEWEST_TESTED_VERSION:
+    if release > Version(_releases.NEWEST_TESTED):
         return Support.UNTESTED
     return Support.SUPPORTED

@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from sglang_aiter_plugin._errors import AiterExtError
+from sglang_aiter_plugin._errors import AiterExtError, shorten, summarise
 
 __all__ = ["BOUNDS_CHECK_VAR", "DISABLE_VAR", "ENABLE_VAR", "RETIRED_FIXES", "SwitchValueError",
            "Switches", "bounds_check_requested", "read_switches"]
@@ -46,17 +46,15 @@ class SwitchValueError(AiterExtError, ValueError):
     """An environment switch holds a value outside its accepted values."""
 
 
-def _parse_flag(var: str, raw: str | None, default: bool) -> bool:
-    """``raw`` as a boolean; empty or unset is ``default``; anything else raises."""
-    if raw is None or raw.strip() == "":
-        return default
+def _parse_flag(var: str, raw: str, default: bool) -> bool:
+    """``raw`` as a boolean; empty (or unset) is ``default``; anything else raises."""
     value = raw.strip().lower()
+    if not value:
+        return default
     if value in _TRUE:
         return True
     if value in _FALSE:
         return False
-    from sglang_aiter_plugin._errors import shorten  # error paths only: not a start-up import
-
     raise SwitchValueError(
         f"{var}={shorten(raw)} is not valid; accepted values: {', '.join(_TRUE + _FALSE)}"
     )
@@ -65,12 +63,10 @@ def _parse_flag(var: str, raw: str | None, default: bool) -> bool:
 def bounds_check_requested(environ: Mapping[str, str] | None = None) -> bool:
     """Whether ``SGLANG_AITER_EXT_BOUNDS_CHECK`` asks for the batch-size check (strict)."""
     env = os.environ if environ is None else environ
-    return _parse_flag(BOUNDS_CHECK_VAR, env.get(BOUNDS_CHECK_VAR), default=False)
+    return _parse_flag(BOUNDS_CHECK_VAR, env.get(BOUNDS_CHECK_VAR, ""), default=False)
 
 
-def read_switches(
-    known_fixes: Iterable[str], environ: Mapping[str, str] | None = None
-) -> Switches:
+def read_switches(known_fixes: Iterable[str], environ: Mapping[str, str] | None = None) -> Switches:
     """Parse the switches from ``environ`` (default: ``os.environ``): a bad value keeps the
     default and an unknown fix name is ignored, each recorded as a problem; a retired fix name
     (:data:`RETIRED_FIXES`) is accepted, with a note."""
@@ -78,7 +74,7 @@ def read_switches(
     problems: list[str] = []
 
     try:
-        enabled = _parse_flag(ENABLE_VAR, env.get(ENABLE_VAR), default=True)
+        enabled = _parse_flag(ENABLE_VAR, env.get(ENABLE_VAR, ""), default=True)
     except SwitchValueError as exc:
         enabled = True
         problems.append(f"{exc} (kept the default, 1)")
@@ -89,16 +85,13 @@ def read_switches(
         problems.append(f"{exc} (kept the default, 0; an aiter-ext backend will refuse it)")
 
     known = sorted(set(known_fixes))
-    listed = [item for part in env.get(DISABLE_VAR, "").split(",") if (item := part.strip())]
-    retired = list(dict.fromkeys(item for item in listed if item in RETIRED_FIXES
-                                 and item not in known))
+    listed = list(dict.fromkeys(item for part in env.get(DISABLE_VAR, "").split(",")
+                                if (item := part.strip())))
     notes = tuple(f"{name} (in {DISABLE_VAR}) is no longer a fix: {RETIRED_FIXES[name]}, so "
-                  "there is nothing to disable" for name in retired)
-    unknown = list(dict.fromkeys(item for item in listed
-                                 if item not in known and item not in RETIRED_FIXES))
+                  "there is nothing to disable" for name in listed
+                  if name in RETIRED_FIXES and name not in known)
+    unknown = [item for item in listed if item not in known and item not in RETIRED_FIXES]
     if unknown:  # one problem, however long the list
-        from sglang_aiter_plugin._errors import shorten, summarise
-
         what = f"unknown fix {shorten(unknown[0])}" if len(unknown) == 1 else (
             f"{len(unknown):,} unknown fixes: {summarise(unknown)}")
         problems.append(f"{DISABLE_VAR} names {what}; accepted names: {', '.join(known)}")

@@ -30,49 +30,57 @@ def test_every_builtin_fix_has_a_complete_ledger(name: str, module: str) -> None
     assert SYMBOL.findall(patches), f"{module}: the ledger names no sglang symbol"
 
 
-def test_the_attention_backend_ledger_lists_exactly_its_target_table() -> None:
+def _attention_backend_ledger() -> tuple[str, list[tuple[str, str]]]:
+    """The attention-backend fix's ledger and the (module, qualname) of each symbol it names."""
     from sglang_aiter_plugin.fixes.attention_backend import fix
-    from sglang_aiter_plugin.fixes.attention_backend.sites import TARGETS
 
     doc = fix.__doc__ or ""
-    patches = doc[doc.index("Patches"):doc.index("Why:")]
-    named = {f"{m}:{q}" for m, q in SYMBOL.findall(patches)}
-    assert named == {str(t) for t in TARGETS}
+    return doc, SYMBOL.findall(doc[doc.index("Patches"):doc.index("Why:")])
+
+
+def test_the_attention_backend_ledger_names_every_site_the_fix_wraps() -> None:
+    from sglang_aiter_plugin.fixes.attention_backend.sites import (
+        DRAFT_FACTORY_SITES,
+        DRAFT_UTILS_MODULE,
+        REGISTRY_MODULE,
+    )
+
+    _, named = _attention_backend_ledger()
+    wrapped = {(REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter']"),
+               (REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter-ext']"),
+               *((DRAFT_UTILS_MODULE, f"DraftBackendFactory.{m}") for m in DRAFT_FACTORY_SITES)}
+    assert wrapped <= set(named)
 
 
 @pytest.mark.usefixtures("plugins_loaded")
-def test_every_target_exists_in_the_installed_release() -> None:
-    """The table names real symbols: a rename in sglang turns this red before users see it."""
-    from sglang_aiter_plugin.fixes.attention_backend import fix
-    from sglang_aiter_plugin.fixes.attention_backend.sites import TARGETS
-
-    doc = fix.__doc__ or ""
+def test_every_symbol_of_the_ledger_exists_in_the_installed_release() -> None:
+    """The ledger names real symbols: a rename in sglang turns this red before users see it."""
+    doc, named = _attention_backend_ledger()
     missing = []
-    for target in TARGETS:
-        module = importlib.import_module(target.module)
-        head, _, key = target.qualname.partition("[")
+    for module_name, qualname in named:
+        module = importlib.import_module(module_name)
+        head, _, key = qualname.partition("[")
         obj: object = module
         for part in head.split("."):
             obj = getattr(obj, part, None)
         if key:
             obj = obj.get(key.rstrip("]").strip("'")) if isinstance(obj, dict) else None
-        entry = doc[doc.index(f"``{target}``"):].split("\n")[0]  # its line in the ledger
+        entry = doc[doc.index(f"``{module_name}:{qualname}``"):].split("\n")[0]  # its line
         release_specific = re.search(r"\(0\.5\.\d+", entry) is not None
         if obj is None and not release_specific:
-            missing.append(str(target))
+            missing.append(f"{module_name}:{qualname}")
     assert missing == []
 
 
 @pytest.mark.usefixtures("plugins_loaded")
-def test_the_release_specific_fold_point_exists_and_is_in_the_table() -> None:
+def test_the_release_specific_fold_point_exists_and_is_in_the_ledger() -> None:
     from sglang.srt.server_args import ServerArgs
 
     from sglang_aiter_plugin.fixes.attention_backend.choice import fold_point
-    from sglang_aiter_plugin.fixes.attention_backend.sites import TARGETS
 
     point = fold_point(ServerArgs)
     assert callable(getattr(ServerArgs, point))
-    assert f"ServerArgs.{point}" in {t.qualname for t in TARGETS}
+    assert f"ServerArgs.{point}" in {qualname for _, qualname in _attention_backend_ledger()[1]}
 
 
 # ---------------------------------------------------------------- the backend's ledger

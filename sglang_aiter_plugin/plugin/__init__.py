@@ -1,10 +1,6 @@
-"""The registry of the plugin's fixes, built on pluggy.
-
-Each fix in :data:`~sglang_aiter_plugin.fixes.BUILTIN_FIXES` is a pluggy plugin (a module, or an
-object such as the collective fixes) implementing the hook in :mod:`sglang_aiter_plugin.plugin.spec`
-with :data:`hookimpl`. Only names starting with :data:`HOOK_PREFIX` are hooks (as pytest does for
-``pytest_``): pluggy never inspects the other attributes of a fix or of the spec.
-"""
+"""The registry of the plugin's fixes, built on pluggy: each fix in
+:data:`~sglang_aiter_plugin.fixes.BUILTIN_FIXES` is a pluggy plugin (a module, or an object such
+as the collective fixes) implementing the hook in :mod:`.spec` with :data:`hookimpl`."""
 
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ import pluggy
 __all__ = ["HOOK_PREFIX", "PROJECT", "hookimpl"]
 
 PROJECT = "sglang_aiter_plugin"
-HOOK_PREFIX = "aiter_ext_"  # every hook's name starts with it; other names are never inspected
+HOOK_PREFIX = "aiter_ext_"  # every hook's name starts with it (as pytest's with ``pytest_``)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 hookimpl: Callable[[_F], _F] = pluggy.HookimplMarker(PROJECT)

@@ -15,7 +15,6 @@ import pluggy
 
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin._switches import DISABLE_VAR
-from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 from sglang_aiter_plugin.plugin import HOOK_PREFIX, PROJECT, spec
 from sglang_aiter_plugin.plugin.spec import FixContext
 
@@ -32,8 +31,8 @@ def load(value: str) -> object:
 
 
 class _PluggyManager(pluggy.PluginManager):
-    """pluggy's manager, looking only at names starting with :data:`HOOK_PREFIX`, in the fixes
-    and in the hook spec."""
+    """pluggy's manager, looking only at names starting with :data:`HOOK_PREFIX` (in the fixes
+    and in the spec): pluggy never evaluates the other attributes of a fix."""
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
         if not name.startswith(HOOK_PREFIX):
@@ -49,7 +48,7 @@ class _PluggyManager(pluggy.PluginManager):
 class PluginManager:
     """Typed facade over a :class:`pluggy.PluginManager` holding the fixes."""
 
-    def __init__(self, fixes: Sequence[tuple[str, str]] = BUILTIN_FIXES, *,
+    def __init__(self, fixes: Sequence[tuple[str, str]], *,
                  blocked: Collection[str] = ()) -> None:
         """Register ``fixes`` (name, ``module[:object]``) in order; block those in ``blocked``."""
         self.pluggy: pluggy.PluginManager = _PluggyManager(PROJECT)
@@ -83,7 +82,7 @@ def _call_fix(name: str, function: Any, context: FixContext) -> FixStatus:
         context.report(status._replace(name=name))
 
     try:
-        result = function(context=context.with_report(report_as))
+        result = function(context=context._replace(report=report_as))
     except Exception as exc:
         logger.debug("fix %s raised", name, exc_info=True)
         return FixStatus(name, FixState.FAILED, f"{type(exc).__name__}: {exc}")

@@ -26,22 +26,12 @@ class FixContext(NamedTuple):
     later outcome (a fix that returned ``pending`` calls it once its deferred work has run; the
     log and ``doctor`` then show it; a context built without one drops them)."""
 
-    plugin_version: str
     sglang_version: Version | None
     report: Callable[[FixStatus], None] = lambda status: None
-
-    def with_report(self, report: Callable[[FixStatus], None]) -> FixContext:
-        """The same context reporting to ``report``."""
-        return self._replace(report=report)
 
 
 @hookspec
 def aiter_ext_apply_fix(context: FixContext) -> FixStatus:  # type: ignore[empty-body]
-    """Probe whether the fix is needed here and apply it; report what happened.
-
-    Called once per process, from ``register()``; must be idempotent and cheap (sglang loads
-    plugins in the launcher, the engine and every scheduler process). A fix whose work waits for
-    sglang to import a module returns ``pending`` and reports its outcome through
-    ``context.report``. Raising is allowed (the fix is then ``failed``; the others still run),
-    but a fix should prefer to return ``skipped``/``not needed`` with a reason.
-    """
+    """Probe whether the fix is needed here and apply it; report what happened. Called once per
+    process that loads plugins, from ``register()``: it must be cheap. Raising makes the fix
+    ``failed``; prefer ``skipped``/``not needed`` with a reason."""

@@ -17,7 +17,7 @@ from sglang_aiter_plugin.plugin.manager import PluginManager, load
 from sglang_aiter_plugin.plugin.spec import FixContext
 from testkit.plugins import off_rocm_process
 
-CONTEXT = FixContext(plugin_version="test", sglang_version=Version("0.5.23"))
+CONTEXT = FixContext(sglang_version=Version("0.5.23"))
 BUILTIN_NAMES = [name for name, _ in BUILTIN_FIXES]
 
 FIX_SOURCES = {
@@ -67,7 +67,7 @@ def _statuses(manager: PluginManager) -> dict[str, FixStatus]:
 
 
 def test_every_builtin_fix_is_a_plugin_implementing_the_hook_in_order() -> None:
-    manager = PluginManager()
+    manager = PluginManager(BUILTIN_FIXES)
     assert [name for name, _ in manager.pluggy.list_name_plugin()] == BUILTIN_NAMES
     impls = manager.pluggy.hook.aiter_ext_apply_fix.get_hookimpls()
     assert sorted(i.plugin_name for i in impls) == sorted(BUILTIN_NAMES)
@@ -168,7 +168,7 @@ def test_a_later_report_is_always_filed_under_the_fixs_own_name() -> None:
         context.report(FixStatus("attention-backend", FixState.APPLIED, "not mine to say"))
         return FixStatus("whatever", FixState.PENDING, "waiting", waiting_for=("m",))
 
-    context = FixContext(plugin_version="t", sglang_version=None, report=reported.append)
+    context = FixContext(sglang_version=None, report=reported.append)
     status = _call_fix("third", fix, context)
     assert [r.name for r in reported] == ["third"]
     assert status.name == "third"

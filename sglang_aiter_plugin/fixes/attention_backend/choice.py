@@ -1,11 +1,5 @@
 """Choosing ``aiter-ext``: fold it into ``aiter`` at the entry of resolution, record the choice.
 
-The fold runs where every entry point passes before the first backend name is read:
-``ServerArgs.resolve_once`` (0.5.19+), declaring the fields with sglang's ``declare_resolution``
-so ``launch_command`` still shows ``aiter-ext``; ``ServerArgs.__post_init__`` (0.5.11-0.5.18),
-writing the fields before the original runs. Guards run there too: ``AiterUnavailableError``
-where aiter cannot run, :class:`BackendChoiceError` for a launch that cannot behave like ``aiter``.
-
 The choice travels, only when made, as :data:`MARKER_ATTR` on the ``ServerArgs`` record (pickled
 to schedulers and draft workers) and as :data:`SELECTED_ENV` (``1``, inherited by ``spawn``
 children); the record wins when it carries the attribute.
@@ -24,21 +18,9 @@ from sglang_aiter_plugin._errors import AiterExtError, shorten
 from sglang_aiter_plugin._log import log
 from sglang_aiter_plugin._patch import wrap_once
 
-__all__ = [
-    "BACKEND_FIELDS",
-    "EXT_NAME",
-    "MARKER_ATTR",
-    "PATCH",
-    "SELECTED_ENV",
-    "STOCK_NAME",
-    "BackendChoiceError",
-    "SelectionError",
-    "fold",
-    "fold_point",
-    "install_fold",
-    "is_selected",
-    "record",
-]
+__all__ = ["BACKEND_FIELDS", "EXT_NAME", "MARKER_ATTR", "PATCH", "SELECTED_ENV", "STOCK_NAME",
+           "BackendChoiceError", "SelectionError", "fold", "fold_point", "install_fold",
+           "is_selected", "record"]
 
 EXT_NAME = "aiter-ext"
 STOCK_NAME = "aiter"
@@ -86,7 +68,8 @@ class BackendChoiceError(AiterExtError, ValueError):
 
 
 def fold_point(server_args_cls: type[Any]) -> str:
-    """The ``ServerArgs`` method whose entry is the fold point in the installed release."""
+    """The ``ServerArgs`` method whose entry is the fold point in the installed release: where
+    every entry point passes before the first backend name is read."""
     return "resolve_once" if hasattr(server_args_cls, "resolve_once") else "__post_init__"
 
 
@@ -106,8 +89,9 @@ def _check(server_args: Any, folded: list[str], named: dict[str, str]) -> None:
 
 def fold(server_args: Any, *, declare: bool) -> list[str]:
     """Resolve every backend field naming ``aiter-ext`` as ``aiter`` (``declare``: through sglang's
-    ``declare_resolution``, 0.5.19+; else by writing the fields) and record the choice; return
-    the folded field names (empty when ``aiter-ext`` was not chosen)."""
+    ``declare_resolution``, 0.5.19+, so ``launch_command`` keeps ``aiter-ext``; else by writing
+    the fields) after the guards, and record the choice; return the folded field names (empty
+    when ``aiter-ext`` was not chosen)."""
     named = {f: v for f in BACKEND_FIELDS if isinstance(v := getattr(server_args, f, None), str)}
     folded = sorted(f for f, v in named.items() if v == EXT_NAME)
     if folded:
@@ -145,7 +129,7 @@ def _wrap(original: Callable[..., Any], *, declare: bool,
 def install_fold(server_args: ModuleType, then: Callable[[bool], None]) -> None:
     """On ``sglang.srt.server_args``, once: wrap the release's fold point on ``ServerArgs`` (each
     resolution then calls ``then(selected)`` with its recorded choice) and add ``aiter-ext`` to the
-    shared choices list, in place."""
+    shared choices list, in place (from 0.5.20 rebinding the name has no effect)."""
     cls = server_args.ServerArgs
     point = fold_point(cls)
     if wrap_once(cls, point, PATCH, functools.partial(

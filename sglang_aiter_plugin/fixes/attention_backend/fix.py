@@ -1,6 +1,6 @@
 """Fix ``attention-backend``: ``aiter-ext`` is sglang's ``aiter``, built as the plugin's classes.
 
-Patches (``module:qualname``, wrapped unless noted; the table is :data:`~.sites.TARGETS`):
+Patches (``module:qualname``, wrapped unless noted):
     * ``sglang.srt.server_args:ATTENTION_BACKEND_CHOICES`` -- ``aiter-ext`` appended, in place;
     * ``sglang.srt.server_args:ServerArgs.resolve_once`` (0.5.19+) -- the fold;
     * ``sglang.srt.server_args:ServerArgs.__post_init__`` (0.5.11-0.5.18) -- the fold;
@@ -16,13 +16,9 @@ Why:
     in 0.5.23: memory fraction, model validation, DCP, the draft factories, the backend stamp
     model code reads back...). A new name silently misses every one of them, or is rejected.
 How:
-    Two steps (:class:`AttentionBackendFix`), each when sglang imports the module it changes (at
-    once if it already has); while a wanted step waits, the fix reports ``pending`` and names it:
-    1. on ``sglang.srt.server_args``: add ``aiter-ext`` to the CLI choices list in place (from
-       0.5.20 rebinding the name has no effect) and fold ``aiter-ext`` into ``aiter`` at the
-       entry of resolution, recording the choice (:mod:`.choice`);
-    2. on the backend registry, once a launch chooses ``aiter-ext``: wrap sglang's three aiter
-       construction sites to build the plugin's classes for that choice only (:mod:`.sites`).
+    Two steps, each when sglang imports the module it changes (``pending`` until then): on
+    ``server_args`` the CLI choice and the fold (:mod:`.choice`); on the backend registry, once a
+    launch chooses ``aiter-ext``, the construction sites for that choice only (:mod:`.sites`).
 Upstream PR:
     None: sglang has no notion of a backend that "is" another backend under a second name.
 Remove when:
@@ -33,18 +29,13 @@ Remove when:
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from collections.abc import Callable
 from types import ModuleType
 
 from sglang_aiter_plugin._post_import import cancel, when_imported
 from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin.fixes.attention_backend.choice import (
-    EXT_NAME,
-    SELECTED_ENV,
-    install_fold,
-)
+from sglang_aiter_plugin.fixes.attention_backend.choice import EXT_NAME, install_fold
 from sglang_aiter_plugin.fixes.attention_backend.sites import (
     REGISTRY_MODULE,
     SERVER_ARGS_MODULE,
@@ -62,14 +53,9 @@ WHAT = {SERVER_ARGS_MODULE: "the CLI choice and the fold",
 
 
 class AttentionBackendFix:
-    """Runs the two steps as sglang imports their modules and keeps the fix's status.
-
-    Step 2 is armed at start, disarmed by a resolution without ``aiter-ext`` (so the import hook
-    leaves processes that never use it) and armed again by one with it, or by an inherited
-    ``SGLANG_AITER_EXT_SELECTED=1``. The status is ``pending`` while a wanted step waits,
-    ``applied`` once none does, ``failed`` at the first error; changes after :meth:`start` go to
-    ``report``.
-    """
+    """Runs the two steps as sglang imports their modules; reports each change of status after
+    :meth:`start`. Step 2 is disarmed by a resolution without ``aiter-ext`` (so the import hook
+    leaves processes that never use it) and armed again by one with it."""
 
     def __init__(self, report: Callable[[FixStatus], None]) -> None:
         self._report = report
@@ -109,7 +95,7 @@ class AttentionBackendFix:
         with self._lock:
             if REGISTRY_MODULE in self._done:
                 return
-            self._sites_wanted = wanted or os.environ.get(SELECTED_ENV) == "1"  # or inherited
+            self._sites_wanted = wanted
         if self._sites_wanted:
             when_imported(REGISTRY_MODULE, self._run_sites)
         else:

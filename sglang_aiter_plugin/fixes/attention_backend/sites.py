@@ -1,10 +1,9 @@
 """sglang's ``aiter`` construction sites, and which class each builds once ``aiter-ext`` is chosen.
 
-:data:`TARGETS` is every sglang symbol the ``attention-backend`` fix touches; those with ``builds``
-construct an aiter backend class, importing it from sglang's ``aiter_backend`` when they run. When
-:func:`~.choice.is_selected` says ``aiter-ext`` was chosen, the wrapper of each factory runs a copy
-of sglang's function (:func:`~sglang_aiter_plugin._rebind.rebound`) in which that import yields
-the plugin's subclass named in :data:`PLUGIN_CLASSES`; otherwise the stock function runs.
+When :func:`~.choice.is_selected` says ``aiter-ext`` was chosen, the wrapper of each site runs a
+copy of sglang's function (:func:`~sglang_aiter_plugin._rebind.rebound`) in which its import of
+sglang's aiter class yields the plugin's subclass named in :data:`PLUGIN_CLASSES`; otherwise the
+stock function runs. The fix's ledger (:mod:`.fix`) lists every sglang symbol the fix touches.
 """
 
 from __future__ import annotations
@@ -13,15 +12,15 @@ import functools
 import importlib
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any
 
 from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._patch import wrap_once
 from sglang_aiter_plugin._rebind import rebound
 from sglang_aiter_plugin.fixes.attention_backend.choice import EXT_NAME, STOCK_NAME, is_selected
 
-__all__ = ["AITER_BACKEND_MODULE", "DRAFT_UTILS_MODULE", "PATCH", "PLUGIN_CLASSES",
-           "REGISTRY_MODULE", "SERVER_ARGS_MODULE", "TARGETS", "Target", "UnfoldedSelectionError",
+__all__ = ["AITER_BACKEND_MODULE", "DRAFT_FACTORY_SITES", "DRAFT_UTILS_MODULE", "PATCH",
+           "PLUGIN_CLASSES", "REGISTRY_MODULE", "SERVER_ARGS_MODULE", "UnfoldedSelectionError",
            "install_construction_sites", "plugin_class"]
 
 SERVER_ARGS_MODULE = "sglang.srt.server_args"
@@ -33,31 +32,11 @@ AITER_BACKEND_MODULE = "sglang.srt.layers.attention.aiter_backend"
 PLUGIN_CLASSES = {"AiterAttnBackend": "AiterExtAttnBackend",
                   "AiterMultiStepDraftBackend": "AiterExtMultiStepDraftBackend"}
 
-
-class Target(NamedTuple):
-    """One sglang symbol the fix touches (what it does there: the fix's ledger, ``Patches``);
-    ``builds``: the sglang aiter class this function constructs (construction sites only)."""
-
-    module: str
-    qualname: str
-    builds: str | None = None
-
-    def __str__(self) -> str:
-        return f"{self.module}:{self.qualname}"
-
-
-TARGETS: tuple[Target, ...] = (
-    Target(SERVER_ARGS_MODULE, "ATTENTION_BACKEND_CHOICES"),
-    Target(SERVER_ARGS_MODULE, "ServerArgs.resolve_once"),
-    Target(SERVER_ARGS_MODULE, "ServerArgs.__post_init__"),
-    Target(REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter']", builds="AiterAttnBackend"),
-    Target(REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter-ext']"),
-    Target(DRAFT_UTILS_MODULE, "DraftBackendFactory._create_aiter_prefill_backend",
-           builds="AiterAttnBackend"),
-    Target(DRAFT_UTILS_MODULE, "DraftBackendFactory._create_aiter_decode_backend",
-           builds="AiterMultiStepDraftBackend"),
-    Target(AITER_BACKEND_MODULE, "AiterMultiStepDraftBackend.__init__", builds="AiterAttnBackend"),
-)
+#: The ``DraftBackendFactory`` methods that build an aiter class -> the class each builds. The
+#: other sites: ``ATTENTION_BACKENDS['aiter']`` builds ``AiterAttnBackend``, and so does
+#: ``AiterMultiStepDraftBackend.__init__``, which the plugin's draft class runs as a copy.
+DRAFT_FACTORY_SITES = {"_create_aiter_prefill_backend": "AiterAttnBackend",
+                       "_create_aiter_decode_backend": "AiterMultiStepDraftBackend"}
 
 PATCH = "construction-site"
 
@@ -115,15 +94,10 @@ def install_construction_sites(registry: ModuleType) -> None:
     ``DraftBackendFactory`` aiter methods; make ``'aiter-ext'`` a fail-fast registry entry."""
     backends: dict[str, Any] = registry.ATTENTION_BACKENDS
     factory = importlib.import_module(DRAFT_UTILS_MODULE).DraftBackendFactory
-    for target in TARGETS:
-        if target.builds is None or target.module == AITER_BACKEND_MODULE:
-            continue  # AiterMultiStepDraftBackend.__init__: the plugin's draft class runs a copy
-        if target.module == REGISTRY_MODULE:
-            wrap_once(backends, STOCK_NAME, PATCH, functools.partial(
-                _selecting, builds=target.builds, record_of=_runner_record), item=True)
-            continue
-        method = target.qualname.split(".")[1]
+    wrap_once(backends, STOCK_NAME, PATCH, functools.partial(
+        _selecting, builds="AiterAttnBackend", record_of=_runner_record), item=True)
+    for method, builds in DRAFT_FACTORY_SITES.items():
         wrap_once(factory, method, PATCH, functools.partial(
-            _selecting, builds=target.builds, record_of=_draft_record))
+            _selecting, builds=builds, record_of=_draft_record))
     if backends.get(EXT_NAME) is not unfolded_backend:
         registry.register_attention_backend(EXT_NAME)(unfolded_backend)

@@ -16,7 +16,12 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin import _releases
-from sglang_aiter_plugin.fixes.attention_backend.sites import REGISTRY_MODULE, TARGETS
+from sglang_aiter_plugin.fixes.attention_backend.sites import (
+    AITER_BACKEND_MODULE,
+    DRAFT_FACTORY_SITES,
+    DRAFT_UTILS_MODULE,
+    REGISTRY_MODULE,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 AUDIT_DIR = Path(__file__).resolve().parent / "audit"
@@ -53,8 +58,8 @@ def pinned(sglang_version: object) -> list[str]:
             f"no pinned aiter audit for sglang {sglang_version}: run "
             f"`python tools/audit_aiter_literals.py {_package_dir()} --write`, review every new "
             "or changed line (a new \"aiter\" test is covered by the fold; a new construction "
-            "site needs a row (and its wrapper) in sglang_aiter_plugin/selection/sites.py"
-            "), then commit it"
+            "site needs its wrapper in sglang_aiter_plugin/fixes/attention_backend/sites.py), "
+            "then commit it"
         )
     return path.read_text(encoding="utf-8").splitlines()
 
@@ -84,9 +89,11 @@ def test_the_plugin_covers_every_construction_site(audit: list[str]) -> None:
         # the plugin rebinds the names in aiter_backend; a copy imported elsewhere would escape
         same_module = module == "sglang.srt.layers.attention.aiter_backend"
         assert binding == "local-import" or same_module, line
-    # every target that builds a class; the registry entry is sglang's create_aiter_backend
-    assert sites == {(t.module, "create_aiter_backend" if t.module == REGISTRY_MODULE
-                      else t.qualname) for t in TARGETS if t.builds is not None}
+    # every site the plugin wraps (the registry entry is sglang's create_aiter_backend), and
+    # the draft wrapper's __init__, which the plugin's draft class runs as a copy
+    factory_sites = {(DRAFT_UTILS_MODULE, f"DraftBackendFactory.{m}") for m in DRAFT_FACTORY_SITES}
+    assert sites == {(REGISTRY_MODULE, "create_aiter_backend"),
+                     (AITER_BACKEND_MODULE, "AiterMultiStepDraftBackend.__init__"), *factory_sites}
 
 
 def test_the_fold_sits_at_the_first_resolution_step(

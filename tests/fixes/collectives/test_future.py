@@ -40,7 +40,7 @@ def coordinator() -> Iterator[Any]:
 
 
 def _apply(fix: Any) -> Any:
-    context = FixContext(plugin_version="test", sglang_version=installed_sglang_version())
+    context = FixContext(sglang_version=installed_sglang_version())
     return fix.aiter_ext_apply_fix(context=context)
 
 

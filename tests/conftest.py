@@ -64,9 +64,7 @@ def construction_sites(plugins_loaded: None) -> None:
     aiter-ext (a launch without it leaves them alone while the registry is not imported)."""
     import importlib
 
-    from sglang_aiter_plugin.fixes.attention_backend.sites import (
-        REGISTRY_MODULE,
-        install_construction_sites,
-    )
+    from sglang_aiter_plugin.fixes.attention_backend.fix import REGISTRY_MODULE
+    from sglang_aiter_plugin.fixes.attention_backend.sites import install_construction_sites
 
     install_construction_sites(importlib.import_module(REGISTRY_MODULE))

@@ -38,6 +38,7 @@ print("RESULT " + json.dumps({
     "module_loaders": [type(server_args.__loader__).__name__],
     "registry_imported": "sglang.srt.layers.attention.attention_registry" in sys.modules,
     "backend_imported": "sglang_aiter_plugin.backend" in sys.modules,
+    "sites_imported": "sglang_aiter_plugin.fixes.attention_backend.sites" in sys.modules,
     "propagate": plugin_logger.propagate,
     "statuses": {s.name: s.state.value for s in last_statuses()},
 }))
@@ -62,6 +63,7 @@ def test_a_launch_without_aiter_ext_leaves_nothing_behind(launch: Result) -> Non
     # sglang's launcher need not import the backend registry; the hook must not wait for it
     assert data["registry_imported"] is False
     assert data["backend_imported"] is False  # only a launch choosing aiter-ext needs it
+    assert data["sites_imported"] is False  # nor the construction sites (start-up time)
     assert data["marker"] is False
     assert data["finders"] == []  # the import hook is gone once nothing waits
     assert data["plugin_loaders"] == []  # the modules it watched keep their own loaders

@@ -39,10 +39,10 @@ def _attention_backend_ledger() -> tuple[str, list[tuple[str, str]]]:
 
 
 def test_the_attention_backend_ledger_names_every_site_the_fix_wraps() -> None:
+    from sglang_aiter_plugin.fixes.attention_backend.fix import REGISTRY_MODULE
     from sglang_aiter_plugin.fixes.attention_backend.sites import (
         DRAFT_FACTORY_SITES,
         DRAFT_UTILS_MODULE,
-        REGISTRY_MODULE,
     )
 
     _, named = _attention_backend_ledger()

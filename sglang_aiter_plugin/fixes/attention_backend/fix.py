@@ -36,17 +36,15 @@ from types import ModuleType
 from sglang_aiter_plugin._post_import import cancel, when_imported
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.fixes.attention_backend.choice import EXT_NAME, install_fold
-from sglang_aiter_plugin.fixes.attention_backend.sites import (
-    REGISTRY_MODULE,
-    SERVER_ARGS_MODULE,
-    install_construction_sites,
-)
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
-__all__ = ["DONE", "FIX_NAME", "AttentionBackendFix", "aiter_ext_apply_fix"]
+__all__ = ["DONE", "FIX_NAME", "REGISTRY_MODULE", "SERVER_ARGS_MODULE", "AttentionBackendFix",
+           "aiter_ext_apply_fix"]
 
 FIX_NAME = "attention-backend"
+SERVER_ARGS_MODULE = "sglang.srt.server_args"
+REGISTRY_MODULE = "sglang.srt.layers.attention.attention_registry"
 DONE = f"`--attention-backend {EXT_NAME}` resolves as 'aiter' and builds the plugin's classes"
 WHAT = {SERVER_ARGS_MODULE: "the CLI choice and the fold",
         REGISTRY_MODULE: "the backend registry entry and the EAGLE/MTP draft factories"}
@@ -66,7 +64,7 @@ class AttentionBackendFix:
         self._last: FixStatus | None = None
         self._run_fold = functools.partial(self._run, SERVER_ARGS_MODULE,
                                            functools.partial(install_fold, then=self._want_sites))
-        self._run_sites = functools.partial(self._run, REGISTRY_MODULE, install_construction_sites)
+        self._run_sites = functools.partial(self._run, REGISTRY_MODULE, _install_sites)
 
     def start(self) -> FixStatus:
         """Install what can be installed now, defer the rest; the status to return now."""
@@ -127,6 +125,13 @@ class AttentionBackendFix:
                 return
             self._last = status
         self._report(status)
+
+
+def _install_sites(registry: ModuleType) -> None:
+    """Step 2 (:mod:`.sites` is imported only in a process that reaches it)."""
+    from sglang_aiter_plugin.fixes.attention_backend.sites import install_construction_sites
+
+    install_construction_sites(registry)
 
 
 @hookimpl

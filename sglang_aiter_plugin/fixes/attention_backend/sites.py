@@ -20,11 +20,8 @@ from sglang_aiter_plugin._rebind import rebound
 from sglang_aiter_plugin.fixes.attention_backend.choice import EXT_NAME, STOCK_NAME, is_selected
 
 __all__ = ["AITER_BACKEND_MODULE", "DRAFT_FACTORY_SITES", "DRAFT_UTILS_MODULE", "PATCH",
-           "PLUGIN_CLASSES", "REGISTRY_MODULE", "SERVER_ARGS_MODULE", "UnfoldedSelectionError",
-           "install_construction_sites", "plugin_class"]
+           "PLUGIN_CLASSES", "UnfoldedSelectionError", "install_construction_sites", "plugin_class"]
 
-SERVER_ARGS_MODULE = "sglang.srt.server_args"
-REGISTRY_MODULE = "sglang.srt.layers.attention.attention_registry"
 DRAFT_UTILS_MODULE = "sglang.srt.speculative.draft_utils"
 AITER_BACKEND_MODULE = "sglang.srt.layers.attention.aiter_backend"
 

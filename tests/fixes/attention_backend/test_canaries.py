@@ -16,11 +16,11 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin import _releases
+from sglang_aiter_plugin.fixes.attention_backend.fix import REGISTRY_MODULE
 from sglang_aiter_plugin.fixes.attention_backend.sites import (
     AITER_BACKEND_MODULE,
     DRAFT_FACTORY_SITES,
     DRAFT_UTILS_MODULE,
-    REGISTRY_MODULE,
 )
 
 ROOT = Path(__file__).resolve().parents[3]

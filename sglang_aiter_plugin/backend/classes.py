@@ -41,10 +41,8 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
         capacity = batch_capacity(model_runner)  # every path's largest batch, not only P
         borrowed = frozenset({"kv_indptr"}) if kv_indptr_buf is not None else frozenset()
         specs = discover(self, int(model_runner.req_to_token_pool.size), skip=borrowed)
-        adopt = {s.name: getattr(self, s.name) for s in specs}
-        self.buffer_pool = BufferPool(self, specs, capacity, self.device, adopt=adopt)
+        self.buffer_pool = BufferPool(self, specs, capacity, self.device)
         for name in self.buffer_pool.names():
-            self.buffer_pool.bind(self, name, name)
             for updater in (getattr(self, attr, None) for attr in PREFILL_UPDATERS):
                 if getattr(updater, name, None) is not None:  # None without that updater
                     self.buffer_pool.bind(updater, name, name)
@@ -115,9 +113,7 @@ class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend
             raise RuntimeError(f"draft children were built as {wrong}, not AiterExtAttnBackend")
         spec = BufferSpec("kv_indptr", torch.int32, Fill.ZEROS, per_row=int(topk), extra=1,
                           leading=(int(speculative_num_steps),))
-        self.buffer_pool = BufferPool(self, [spec], batch_capacity(model_runner), self.device,
-                                      adopt={"kv_indptr": self.kv_indptr})
-        self.buffer_pool.bind(self, "kv_indptr", "kv_indptr")
+        self.buffer_pool = BufferPool(self, [spec], batch_capacity(model_runner), self.device)
         for step, child in enumerate(self.attn_backends):
             self.buffer_pool.bind(child, "kv_indptr", "kv_indptr", row=step)
 

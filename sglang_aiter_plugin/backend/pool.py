@@ -1,16 +1,10 @@
-"""A grow-only owner of per-batch buffers: one tensor per name, re-pointed everywhere on growth.
-
-A backend describes each buffer whose length depends on the batch size (:class:`BufferSpec`),
-hands over the tensors it allocated, and *binds* every attribute that must hold one of them.
-:meth:`BufferPool.grow` reallocates every buffer with its fill and re-points every binding itself;
-after :meth:`BufferPool.freeze` (CUDA graphs hold the addresses) it raises
-:class:`PoolFrozenError`. Holders keep plain tensors: nothing here runs per step.
-"""
+"""A grow-only owner of per-batch buffers: one tensor per name, re-pointed everywhere on growth
+(docs/buffer-pool.md). Holders keep plain tensors: nothing here runs per step."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import torch
@@ -75,9 +69,9 @@ class BufferPool:
     """The single owner of a backend's per-batch buffers, sized in batch rows."""
 
     def __init__(self, owner: Any, specs: Iterable[BufferSpec], capacity: int,
-                 device: torch.device | str, *,
-                 adopt: Mapping[str, torch.Tensor] | None = None) -> None:
-        """Own ``specs`` at ``capacity`` rows, reusing the tensors in ``adopt`` that fit exactly."""
+                 device: torch.device | str) -> None:
+        """Own ``specs`` at ``capacity`` rows, each bound to ``owner.<name>``: the tensor the owner
+        holds there is kept where it fits exactly."""
         if capacity < 1:
             raise ValueError(f"a buffer pool needs a capacity of at least 1 row, got {capacity}")
         self.owner, self.device, self._capacity = owner, device, capacity
@@ -86,20 +80,20 @@ class BufferPool:
             if spec.name in self._specs:
                 raise ValueError(f"buffer {spec.name!r} is described twice")
             self._specs[spec.name] = spec
-        adopt = adopt or {}
-        unknown = sorted(set(adopt) - set(self._specs))
-        if unknown:
-            raise ValueError(f"cannot adopt {unknown}: the pool has no spec for them")
+        held = {name: getattr(owner, name, None) for name in self._specs}
+        handed = {n: t for n, t in held.items() if isinstance(t, torch.Tensor)}
         self._tensors = {
-            name: given if (given := adopt.get(name)) is not None and spec.matches(given, capacity)
+            name: given if (given := handed.get(name)) is not None and spec.matches(given, capacity)
             else spec.allocate(capacity, device)
             for name, spec in self._specs.items()
         }
         #: the buffers allocated here because the tensor handed over did not fit
-        self.reallocated = tuple(n for n, t in self._tensors.items() if t is not adopt.get(n))
-        self._handed_bytes = sum(t.nbytes for t in adopt.values())
+        self.reallocated = tuple(n for n, t in self._tensors.items() if t is not handed.get(n))
+        self._handed_bytes = sum(t.nbytes for t in handed.values())
         self._bindings: list[Binding] = []
         self._frozen: str | None = None
+        for name in self._specs:
+            self.bind(owner, name, name)
 
     @property
     def capacity(self) -> int:

@@ -16,7 +16,7 @@ from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend, AiterMul
 from sglang_aiter_plugin._rebind import rebound
 from sglang_aiter_plugin._status import FixStatus
 from sglang_aiter_plugin.backend.buffers import PREFILL_UPDATERS, discover
-from sglang_aiter_plugin.backend.capacity import batch_capacity
+from sglang_aiter_plugin.backend.capacity import capacity_of
 from sglang_aiter_plugin.backend.graph_state import PooledGraphState, outcome
 from sglang_aiter_plugin.backend.page_table import install_page_table_fill, upstream_fills
 from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill
@@ -38,7 +38,7 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
         topk: int = 1,
     ) -> None:
         super().__init__(model_runner, skip_prefill, kv_indptr_buf, topk)
-        capacity = batch_capacity(model_runner)  # every path's largest batch, not only P
+        capacity = capacity_of(model_runner).rows  # every path's largest batch, not only P
         borrowed = frozenset({"kv_indptr"}) if kv_indptr_buf is not None else frozenset()
         specs = discover(self, int(model_runner.req_to_token_pool.size), skip=borrowed)
         self.buffer_pool = BufferPool(self, specs, capacity, self.device)
@@ -113,7 +113,7 @@ class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend
             raise RuntimeError(f"draft children were built as {wrong}, not AiterExtAttnBackend")
         spec = BufferSpec("kv_indptr", torch.int32, Fill.ZEROS, per_row=int(topk), extra=1,
                           leading=(int(speculative_num_steps),))
-        self.buffer_pool = BufferPool(self, [spec], batch_capacity(model_runner), self.device)
+        self.buffer_pool = BufferPool(self, [spec], capacity_of(model_runner).rows, self.device)
         for step, child in enumerate(self.attn_backends):
             self.buffer_pool.bind(child, "kv_indptr", "kv_indptr", row=step)
 

@@ -1,10 +1,6 @@
 """``AiterExtAttnBackend`` and ``AiterExtMultiStepDraftBackend``: sglang's AITER backends with
-their per-batch buffers (:mod:`.buffers`) in one :class:`~.pool.BufferPool` each, sized at
-construction for the largest batch on any path (:mod:`.capacity`); graph set-up
-(:mod:`.graph_state`) makes rows and widths (:mod:`.widths`) right before the first capture.
-Everything else is upstream's own, except where its graph metadata leaves a buffer wrong
-(:mod:`.defects`, :mod:`.page_table`) or the bounds check is asked for (:mod:`.bounds_check`).
-"""
+their per-batch buffers in one :class:`~.pool.BufferPool` each, and what each rights after
+upstream's graph set-up; everything else is upstream's own."""
 
 from __future__ import annotations
 

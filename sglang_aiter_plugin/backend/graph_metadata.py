@@ -1,9 +1,5 @@
-"""Hooks around upstream's CUDA-graph metadata methods, on one backend instance.
-
-The bounds check (:mod:`.bounds_check`) runs before them and the unified page-table fill
-(:mod:`.page_table`) after them; each hook sees the batch the call describes, read from its
-``bs`` or ``forward_batch`` arguments, whatever the release's signature.
-"""
+"""Hooks around upstream's CUDA-graph metadata methods, on one backend instance: the bounds check
+before them, the unified page-table fill after them."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""CUDA-graph set-up of a pooled backend: grow the pool to the captured batch, run upstream's
-set-up, right what it leaves wrong, verify every binding, freeze; the bounds check if asked for;
-log what it did. Under either name sglang calls it (``init_static_metadata_buffers``, at eager
-init, from sglang#28763/#28764), upstream's set-up runs under the name upstream has."""
+"""CUDA-graph set-up of a pooled backend, under either name sglang calls it
+(``init_static_metadata_buffers`` from sglang#28763/#28764), running upstream's under the name
+upstream has."""
 
 from __future__ import annotations
 
@@ -14,9 +13,7 @@ from sglang_aiter_plugin._switches import bounds_check_requested
 from sglang_aiter_plugin.backend.bounds_check import install_bounds_check
 from sglang_aiter_plugin.backend.pool import BufferPool
 
-__all__ = ["FROZEN_REASON", "PooledGraphState", "outcome"]
-
-FROZEN_REASON = "CUDA graphs are captured against the current buffers"
+__all__ = ["PooledGraphState", "outcome"]
 
 
 def outcome(defect: str, acted: bool, applied: str, not_needed: str) -> FixStatus:
@@ -79,7 +76,8 @@ class PooledGraphState:
                 "This sglang release is not supported by sglang-aiter-plugin; run "
                 "--attention-backend aiter meanwhile."
             )
-        pool.freeze(f"{FROZEN_REASON} (set up by {owner}.{called})")
+        pool.freeze(f"CUDA graphs are captured against the current buffers (set up by "
+                    f"{owner}.{called})")
         if check:
             install_bounds_check(self, pool.capacity, self._extra_per_row())
         short = pool.reallocated if not grew else tuple(pool.names())

@@ -4,7 +4,6 @@ upstream has."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from sglang_aiter_plugin._log import logger
@@ -53,12 +52,6 @@ class PooledGraphState:
                                      **kw: Any) -> None:
         self._set_up("init_static_metadata_buffers", max_bs, max_num_tokens, *args, **kw)
 
-    def _upstream_set_up(self) -> Callable[..., None]:
-        """Upstream's set-up, under the name the installed release gives it."""
-        parent: Any = super()
-        found: Callable[..., None] | None = getattr(parent, "init_static_metadata_buffers", None)
-        return found or parent.init_cuda_graph_state
-
     def _set_up(self, called: str, max_bs: int, max_num_tokens: int, *args: Any,
                 **kw: Any) -> None:
         pool = self.buffer_pool
@@ -66,7 +59,9 @@ class PooledGraphState:
         check = bounds_check_requested()
         grew = pool.grow(max_bs, reason=f"{owner}.{called}(max_bs={max_bs})")
         self._before_upstream(max_bs)
-        self._upstream_set_up()(max_bs, max_num_tokens, *args, **kw)
+        parent: Any = super()  # upstream's set-up, under the name the installed release gives it
+        upstream = getattr(parent, "init_static_metadata_buffers", None)
+        (upstream or parent.init_cuda_graph_state)(max_bs, max_num_tokens, *args, **kw)
         lent = bool(args) or kw.get("kv_indices_buf") is not None
         fixes = self._after_upstream(max_bs, max_num_tokens, lent)
         stale = pool.stale_bindings()

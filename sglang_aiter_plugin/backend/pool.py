@@ -74,7 +74,8 @@ class BufferPool:
         holds there is kept where it fits exactly."""
         if capacity < 1:
             raise ValueError(f"a buffer pool needs a capacity of at least 1 row, got {capacity}")
-        self.owner, self.device, self._capacity = owner, device, capacity
+        self.owner, self.device = owner, device
+        self.capacity = capacity  #: batch rows every buffer can hold
         self._specs: dict[str, BufferSpec] = {}
         for spec in specs:
             if spec.name in self._specs:
@@ -94,11 +95,6 @@ class BufferPool:
         self._frozen: str | None = None
         for name in self._specs:
             self.bind(owner, name, name)
-
-    @property
-    def capacity(self) -> int:
-        """Batch rows every buffer can hold."""
-        return self._capacity
 
     def bytes_beyond_handed(self) -> int:
         """Bytes the pool holds beyond the tensors it was handed at construction."""
@@ -148,17 +144,17 @@ class BufferPool:
                 f"{type(self.owner).__name__}: cannot size its per-batch buffers for {capacity} "
                 f"rows ({reason}); a CUDA-graph batch size is at least 1"
             )
-        if capacity <= self._capacity:
+        if capacity <= self.capacity:
             return False
         if self._frozen is not None:
             raise PoolFrozenError(
                 f"{type(self.owner).__name__}: cannot grow its per-batch buffers from "
-                f"{self._capacity} to {capacity} rows ({reason}): {self._frozen}, and reallocating "
+                f"{self.capacity} to {capacity} rows ({reason}): {self._frozen}, and reallocating "
                 "would leave those graphs reading and writing freed memory. Size the pool before "
                 "the first capture (init_cuda_graph_state with the largest batch size)."
             )
         self._tensors = {n: s.allocate(capacity, self.device) for n, s in self._specs.items()}
-        self._capacity = capacity
+        self.capacity = capacity
         for binding in self._bindings:
             setattr(binding.holder, binding.attr, self.view(binding))
         return True

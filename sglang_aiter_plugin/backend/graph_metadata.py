@@ -25,9 +25,8 @@ METADATA_METHODS = (
 def wrap_metadata_methods(backend: Any, patch: str, why: str, *,
                           before: Callable[[str, Any], None] | None = None,
                           after: Callable[[Any], None] | None = None) -> None:
-    """Wrap each graph metadata method of this instance once as ``patch``
-    (:func:`~sglang_aiter_plugin._patch.wrap_once`) with ``before(name, batch)`` and
-    ``after(batch)`` around upstream's method."""
+    """Wrap each graph metadata method of this instance once as ``patch``, with
+    ``before(name, batch)`` and ``after(batch)`` around upstream's method."""
     for name in METADATA_METHODS:
         if getattr(backend, name, None) is not None:
             wrap_once(backend, name, patch,

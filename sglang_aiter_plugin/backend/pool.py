@@ -137,8 +137,7 @@ class BufferPool:
 
     def grow(self, capacity: int, reason: str) -> bool:
         """Hold ``capacity`` rows: if more than now, reallocate and re-point every binding; return
-        whether it grew. ``ValueError`` below one row, :class:`PoolFrozenError` after
-        :meth:`freeze`."""
+        whether it grew (:class:`PoolFrozenError` after :meth:`freeze`)."""
         if capacity < 1:
             raise ValueError(
                 f"{type(self.owner).__name__}: cannot size its per-batch buffers for {capacity} "

@@ -8,7 +8,8 @@ from typing import Any
 
 from sglang_aiter_plugin._status import FixStatus
 
-__all__ = ["fills_page_table", "pool_frozen", "status_dict", "widened_buffers"]
+__all__ = ["fills_page_table", "hooked_methods", "pool_frozen", "status_dict",
+           "widened_buffers"]
 
 
 def status_dict(status: FixStatus) -> dict[str, object]:
@@ -47,10 +48,17 @@ def widened_buffers() -> Iterator[list[str]]:
         setattr(classes, "widen", real)  # noqa: B010
 
 
-def fills_page_table(backend: Any) -> bool:
-    """Whether graph set-up installed the unified page-table fill on ``backend``."""
+def hooked_methods(backend: Any, patch: str) -> list[str]:
+    """The graph metadata methods of ``backend`` wrapped as ``patch`` (``backend.graph_metadata``:
+    the bounds check's or the page-table fill's ``PATCH``)."""
     from sglang_aiter_plugin._patch import patched
-    from sglang_aiter_plugin.backend import page_table
     from sglang_aiter_plugin.backend.graph_metadata import METADATA_METHODS
 
-    return any(patched(getattr(backend, n, None), page_table.PATCH) for n in METADATA_METHODS)
+    return [n for n in METADATA_METHODS if patched(getattr(backend, n, None), patch)]
+
+
+def fills_page_table(backend: Any) -> bool:
+    """Whether graph set-up installed the unified page-table fill on ``backend``."""
+    from sglang_aiter_plugin.backend import page_table
+
+    return bool(hooked_methods(backend, page_table.PATCH))

@@ -1,10 +1,6 @@
-"""The ``aiter-ext`` backend: its classes (:mod:`.classes`), their buffer pool (:mod:`.pool`) and
-buffers (:mod:`.buffers`, :mod:`.widths`), how much they must hold (:mod:`.capacity`), graph set-up
-(:mod:`.graph_state`) and hooks (:mod:`.graph_metadata`, :mod:`.bounds_check`,
-:mod:`.page_table`), the upstream defects it covers (:mod:`.defects`); and here whether aiter can
-run: :func:`host_problem` without importing aiter (asked where the choice of ``aiter-ext`` is
-first seen, before sglang detects devices or loads weights) and :func:`aiter_problem` with
-``import aiter`` (when the backend is built; ``doctor``).
+"""The ``aiter-ext`` backend (its modules: docs/architecture.md); here whether aiter can run:
+:func:`host_problem` without importing aiter (asked where the choice of ``aiter-ext`` is first
+seen, before sglang detects devices or loads weights), :func:`aiter_problem` with ``import aiter``.
 """
 
 from __future__ import annotations

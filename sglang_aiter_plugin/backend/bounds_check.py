@@ -7,10 +7,9 @@ import functools
 from typing import Any
 
 from sglang_aiter_plugin._errors import AiterExtError
-from sglang_aiter_plugin._patch import patched
-from sglang_aiter_plugin.backend.graph_metadata import METADATA_METHODS, wrap_metadata_methods
+from sglang_aiter_plugin.backend.graph_metadata import wrap_metadata_methods
 
-__all__ = ["PATCH", "BatchTooLargeError", "install_bounds_check", "is_checked"]
+__all__ = ["PATCH", "BatchTooLargeError", "install_bounds_check"]
 
 PATCH = "bounds-check"
 
@@ -19,21 +18,14 @@ class BatchTooLargeError(AiterExtError, ValueError):
     """A CUDA-graph metadata call asked for more than the buffers captured for it hold."""
 
 
-
-def is_checked(method: Any) -> bool:
-    """Whether ``method`` is a wrapper made by :func:`install_bounds_check`."""
-    return patched(method, PATCH)
-
-
-def install_bounds_check(backend: Any, capacity: int, extra_per_row: int = 0) -> list[str]:
+def install_bounds_check(backend: Any, capacity: int, extra_per_row: int = 0) -> None:
     """Before upstream's graph metadata runs, raise :class:`BatchTooLargeError` for more rows than
     ``capacity`` or more entries (``seq_lens_sum`` x ``topk`` + ``extra_per_row`` a row) than a
-    row of ``cuda_graph_kv_indices`` holds; returns the names checked; idempotent."""
+    row of ``cuda_graph_kv_indices`` holds; idempotent."""
     wrap_metadata_methods(backend, PATCH, "SGLANG_AITER_EXT_BOUNDS_CHECK=1 cannot check it. "
                           "Unset the variable (or report the sglang release to "
                           "sglang-aiter-plugin).",
                           before=functools.partial(_check, backend, capacity, extra_per_row))
-    return [n for n in METADATA_METHODS if is_checked(getattr(backend, n, None))]
 
 
 def _check(backend: Any, capacity: int, extra: int, name: str, batch: Any) -> None:

@@ -1,12 +1,5 @@
-"""The per-batch buffers of upstream's ``AiterAttnBackend`` that the pool owns, and their sizes.
-
-Upstream allocates them at the request pool P (which exist depends on the release and the
-configuration); :func:`discover` turns those an instance holds into pool specs
-(:class:`~.pool.BufferSpec`): the indptrs and ``kv_last_page_len`` by :data:`CATALOGUE`,
-``workspace_buffer`` at :func:`workspace_bytes_per_row` bytes a row. The graph buffers that grow
-with the context (``cuda_graph_kv_indices``, ``cuda_graph_custom_mask``) are not per-batch
-buffers here: graph set-up widens them once (:mod:`.widths`), before the pool freezes.
-"""
+"""The per-batch buffers of upstream's ``AiterAttnBackend`` that the pool owns, and their sizes
+(the table in docs/buffer-pool.md)."""
 
 from __future__ import annotations
 
@@ -44,7 +37,6 @@ NOT_PER_BATCH = frozenset({"req_to_token", "q_scale", "k_scale", "v_scale"})
 
 class UnknownBatchBufferError(AiterExtError, RuntimeError):
     """The installed backend holds a batch-sized buffer the pool does not know how to grow."""
-
 
 
 def workspace_bytes_per_row(backend: Any) -> int:

@@ -1,13 +1,7 @@
-"""The largest batch sglang can hand an attention backend, on any path, known at construction.
-
-sglang sizes ``AiterAttnBackend``'s per-batch buffers by the request pool P, but sends larger
-batches: **eager batches under MLP sync** (aligned to the attention-TP size and the
-context-parallel padding; 0.5.17+ ``get_eager_max_batch_size``), **CUDA graphs** (P aligned for
-two-batch overlap, gathered buffers, attention CP; 0.5.17+ ``get_cuda_graph_max_batch_size``) and
-**frozen-KV MTP draft workers** (the eager batch times the draft top-k). :func:`batch_capacity`
-takes the largest from sglang's own functions, or from the same rule on sglang's own pieces
-(``ceil_align``, ``require_mlp_sync``, ...) where the release lacks them; a release with neither
-is refused by name (:class:`BatchCapacityError`) rather than sized by guesswork.
+"""The largest batch sglang can hand an attention backend, on any path, known at construction
+(docs/buffer-pool.md): from sglang's own functions where the release has them, else from the same
+rule on sglang's own pieces (``ceil_align``, ``require_mlp_sync``, ...); a release with neither is
+refused by name (:class:`BatchCapacityError`) rather than sized by guesswork.
 """
 
 from __future__ import annotations
@@ -19,8 +13,7 @@ from typing import Any, NamedTuple
 
 from sglang_aiter_plugin._errors import AiterExtError
 
-__all__ = ["BatchCapacity", "BatchCapacityError", "batch_capacity", "capacity_of",
-           "requires_mlp_sync"]
+__all__ = ["BatchCapacity", "BatchCapacityError", "capacity_of", "requires_mlp_sync"]
 
 _COMMON = "sglang.srt.utils.common"
 _CP_PADDING = ("sglang.srt.layers.cp.padding", "sglang.srt.layers.utils.cp_utils")
@@ -47,13 +40,8 @@ class BatchCapacity(NamedTuple):
         return max(self.pool, self.requests, self.eager, self.graph)
 
 
-def batch_capacity(model_runner: Any) -> int:
-    """Rows a backend built on ``model_runner`` must hold: the largest batch on any path."""
-    return capacity_of(model_runner).rows
-
-
 def capacity_of(model_runner: Any) -> BatchCapacity:
-    """The per-path maxima behind :func:`batch_capacity`, with where they came from."""
+    """The largest batch on each path for a backend built on ``model_runner``, and its source."""
     server_args = model_runner.server_args
     pool = int(model_runner.req_to_token_pool.size)
     requests = max(pool, _int_or_zero(getattr(model_runner, "max_running_requests", None)))

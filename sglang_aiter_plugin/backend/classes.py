@@ -1,10 +1,6 @@
 """``AiterExtAttnBackend`` and ``AiterExtMultiStepDraftBackend``: sglang's AITER backends with
-their per-batch buffers (:mod:`.buffers`) in one :class:`~.pool.BufferPool` each, sized at
-construction for the largest batch on any path (:mod:`.capacity`); graph set-up
-(:mod:`.graph_state`) makes rows and widths (:mod:`.widths`) right before the first capture.
-Everything else is upstream's own, except where its graph metadata leaves a buffer wrong
-(:mod:`.defects`, :mod:`.page_table`) or the bounds check is asked for (:mod:`.bounds_check`).
-"""
+their per-batch buffers in one :class:`~.pool.BufferPool` each, and what each rights after
+upstream's graph set-up; everything else is upstream's own."""
 
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend, AiterMul
 from sglang_aiter_plugin._rebind import rebound
 from sglang_aiter_plugin._status import FixStatus
 from sglang_aiter_plugin.backend.buffers import PREFILL_UPDATERS, discover
-from sglang_aiter_plugin.backend.capacity import batch_capacity
+from sglang_aiter_plugin.backend.capacity import capacity_of
 from sglang_aiter_plugin.backend.graph_state import PooledGraphState, outcome
 from sglang_aiter_plugin.backend.page_table import install_page_table_fill, upstream_fills
 from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill
@@ -38,13 +34,11 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
         topk: int = 1,
     ) -> None:
         super().__init__(model_runner, skip_prefill, kv_indptr_buf, topk)
-        capacity = batch_capacity(model_runner)  # every path's largest batch, not only P
+        capacity = capacity_of(model_runner).rows  # every path's largest batch, not only P
         borrowed = frozenset({"kv_indptr"}) if kv_indptr_buf is not None else frozenset()
         specs = discover(self, int(model_runner.req_to_token_pool.size), skip=borrowed)
-        adopt = {s.name: getattr(self, s.name) for s in specs}
-        self.buffer_pool = BufferPool(self, specs, capacity, self.device, adopt=adopt)
+        self.buffer_pool = BufferPool(self, specs, capacity, self.device)
         for name in self.buffer_pool.names():
-            self.buffer_pool.bind(self, name, name)
             for updater in (getattr(self, attr, None) for attr in PREFILL_UPDATERS):
                 if getattr(updater, name, None) is not None:  # None without that updater
                     self.buffer_pool.bind(updater, name, name)
@@ -115,9 +109,7 @@ class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend
             raise RuntimeError(f"draft children were built as {wrong}, not AiterExtAttnBackend")
         spec = BufferSpec("kv_indptr", torch.int32, Fill.ZEROS, per_row=int(topk), extra=1,
                           leading=(int(speculative_num_steps),))
-        self.buffer_pool = BufferPool(self, [spec], batch_capacity(model_runner), self.device,
-                                      adopt={"kv_indptr": self.kv_indptr})
-        self.buffer_pool.bind(self, "kv_indptr", "kv_indptr")
+        self.buffer_pool = BufferPool(self, [spec], capacity_of(model_runner).rows, self.device)
         for step, child in enumerate(self.attn_backends):
             self.buffer_pool.bind(child, "kv_indptr", "kv_indptr", row=step)
 

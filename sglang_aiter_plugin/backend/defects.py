@@ -1,6 +1,5 @@
 """The ledger of upstream ``aiter`` backend defects that ``aiter-ext`` covers (:data:`DEFECTS`),
-per release as measured; ``classes`` names, beside each step of graph set-up, the defect it fixes,
-and each step decides by what upstream's set-up left (``graph_fixes`` says what it did)."""
+per release as measured."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Hooks around upstream's CUDA-graph metadata methods, on one backend instance.
-
-The bounds check (:mod:`.bounds_check`) runs before them and the unified page-table fill
-(:mod:`.page_table`) after them; each hook sees the batch the call describes, read from its
-``bs`` or ``forward_batch`` arguments, whatever the release's signature.
-"""
+"""Hooks around upstream's CUDA-graph metadata methods, on one backend instance: the bounds check
+before them, the unified page-table fill after them."""
 
 from __future__ import annotations
 
@@ -29,9 +25,8 @@ METADATA_METHODS = (
 def wrap_metadata_methods(backend: Any, patch: str, why: str, *,
                           before: Callable[[str, Any], None] | None = None,
                           after: Callable[[Any], None] | None = None) -> None:
-    """Wrap each graph metadata method of this instance once as ``patch``
-    (:func:`~sglang_aiter_plugin._patch.wrap_once`) with ``before(name, batch)`` and
-    ``after(batch)`` around upstream's method."""
+    """Wrap each graph metadata method of this instance once as ``patch``, with
+    ``before(name, batch)`` and ``after(batch)`` around upstream's method."""
     for name in METADATA_METHODS:
         if getattr(backend, name, None) is not None:
             wrap_once(backend, name, patch,

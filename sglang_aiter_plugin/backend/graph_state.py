@@ -1,11 +1,9 @@
-"""CUDA-graph set-up of a pooled backend: grow the pool to the captured batch, run upstream's
-set-up, right what it leaves wrong, verify every binding, freeze; the bounds check if asked for;
-log what it did. Under either name sglang calls it (``init_static_metadata_buffers``, at eager
-init, from sglang#28763/#28764), upstream's set-up runs under the name upstream has."""
+"""CUDA-graph set-up of a pooled backend, under either name sglang calls it
+(``init_static_metadata_buffers`` from sglang#28763/#28764), running upstream's under the name
+upstream has."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from sglang_aiter_plugin._log import logger
@@ -14,9 +12,7 @@ from sglang_aiter_plugin._switches import bounds_check_requested
 from sglang_aiter_plugin.backend.bounds_check import install_bounds_check
 from sglang_aiter_plugin.backend.pool import BufferPool
 
-__all__ = ["FROZEN_REASON", "PooledGraphState", "outcome"]
-
-FROZEN_REASON = "CUDA graphs are captured against the current buffers"
+__all__ = ["PooledGraphState", "outcome"]
 
 
 def outcome(defect: str, acted: bool, applied: str, not_needed: str) -> FixStatus:
@@ -56,12 +52,6 @@ class PooledGraphState:
                                      **kw: Any) -> None:
         self._set_up("init_static_metadata_buffers", max_bs, max_num_tokens, *args, **kw)
 
-    def _upstream_set_up(self) -> Callable[..., None]:
-        """Upstream's set-up, under the name the installed release gives it."""
-        parent: Any = super()
-        found: Callable[..., None] | None = getattr(parent, "init_static_metadata_buffers", None)
-        return found or parent.init_cuda_graph_state
-
     def _set_up(self, called: str, max_bs: int, max_num_tokens: int, *args: Any,
                 **kw: Any) -> None:
         pool = self.buffer_pool
@@ -69,7 +59,9 @@ class PooledGraphState:
         check = bounds_check_requested()
         grew = pool.grow(max_bs, reason=f"{owner}.{called}(max_bs={max_bs})")
         self._before_upstream(max_bs)
-        self._upstream_set_up()(max_bs, max_num_tokens, *args, **kw)
+        parent: Any = super()  # upstream's set-up, under the name the installed release gives it
+        upstream = getattr(parent, "init_static_metadata_buffers", None)
+        (upstream or parent.init_cuda_graph_state)(max_bs, max_num_tokens, *args, **kw)
         lent = bool(args) or kw.get("kv_indices_buf") is not None
         fixes = self._after_upstream(max_bs, max_num_tokens, lent)
         stale = pool.stale_bindings()
@@ -79,7 +71,8 @@ class PooledGraphState:
                 "This sglang release is not supported by sglang-aiter-plugin; run "
                 "--attention-backend aiter meanwhile."
             )
-        pool.freeze(f"{FROZEN_REASON} (set up by {owner}.{called})")
+        pool.freeze(f"CUDA graphs are captured against the current buffers (set up by "
+                    f"{owner}.{called})")
         if check:
             install_bounds_check(self, pool.capacity, self._extra_per_row())
         short = pool.reallocated if not grew else tuple(pool.names())

@@ -1,7 +1,5 @@
-"""``unified-page-table`` (``backend.defects``): at page size 1 the unified decode graph reads a
-page table upstream's graph metadata never fills (sglang#40410 and sglang#34833 would fill it);
-:func:`upstream_fills` asks upstream's own metadata at graph set-up, and only where it leaves
-the table unfilled does the fill run after it."""
+"""``unified-page-table`` (``backend.defects``): the unified decode graph's page table at page
+size 1, filled after upstream's graph metadata only where that leaves it unfilled."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""A grow-only owner of per-batch buffers: one tensor per name, re-pointed everywhere on growth.
-
-A backend describes each buffer whose length depends on the batch size (:class:`BufferSpec`),
-hands over the tensors it allocated, and *binds* every attribute that must hold one of them.
-:meth:`BufferPool.grow` reallocates every buffer with its fill and re-points every binding itself;
-after :meth:`BufferPool.freeze` (CUDA graphs hold the addresses) it raises
-:class:`PoolFrozenError`. Holders keep plain tensors: nothing here runs per step.
-"""
+"""A grow-only owner of per-batch buffers: one tensor per name, re-pointed everywhere on growth
+(docs/buffer-pool.md). Holders keep plain tensors: nothing here runs per step."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import torch
@@ -75,36 +69,32 @@ class BufferPool:
     """The single owner of a backend's per-batch buffers, sized in batch rows."""
 
     def __init__(self, owner: Any, specs: Iterable[BufferSpec], capacity: int,
-                 device: torch.device | str, *,
-                 adopt: Mapping[str, torch.Tensor] | None = None) -> None:
-        """Own ``specs`` at ``capacity`` rows, reusing the tensors in ``adopt`` that fit exactly."""
+                 device: torch.device | str) -> None:
+        """Own ``specs`` at ``capacity`` rows, each bound to ``owner.<name>``: the tensor the owner
+        holds there is kept where it fits exactly."""
         if capacity < 1:
             raise ValueError(f"a buffer pool needs a capacity of at least 1 row, got {capacity}")
-        self.owner, self.device, self._capacity = owner, device, capacity
+        self.owner, self.device = owner, device
+        self.capacity = capacity  #: batch rows every buffer can hold
         self._specs: dict[str, BufferSpec] = {}
         for spec in specs:
             if spec.name in self._specs:
                 raise ValueError(f"buffer {spec.name!r} is described twice")
             self._specs[spec.name] = spec
-        adopt = adopt or {}
-        unknown = sorted(set(adopt) - set(self._specs))
-        if unknown:
-            raise ValueError(f"cannot adopt {unknown}: the pool has no spec for them")
+        held = {name: getattr(owner, name, None) for name in self._specs}
+        handed = {n: t for n, t in held.items() if isinstance(t, torch.Tensor)}
         self._tensors = {
-            name: given if (given := adopt.get(name)) is not None and spec.matches(given, capacity)
+            name: given if (given := handed.get(name)) is not None and spec.matches(given, capacity)
             else spec.allocate(capacity, device)
             for name, spec in self._specs.items()
         }
         #: the buffers allocated here because the tensor handed over did not fit
-        self.reallocated = tuple(n for n, t in self._tensors.items() if t is not adopt.get(n))
-        self._handed_bytes = sum(t.nbytes for t in adopt.values())
+        self.reallocated = tuple(n for n, t in self._tensors.items() if t is not handed.get(n))
+        self._handed_bytes = sum(t.nbytes for t in handed.values())
         self._bindings: list[Binding] = []
         self._frozen: str | None = None
-
-    @property
-    def capacity(self) -> int:
-        """Batch rows every buffer can hold."""
-        return self._capacity
+        for name in self._specs:
+            self.bind(owner, name, name)
 
     def bytes_beyond_handed(self) -> int:
         """Bytes the pool holds beyond the tensors it was handed at construction."""
@@ -147,24 +137,23 @@ class BufferPool:
 
     def grow(self, capacity: int, reason: str) -> bool:
         """Hold ``capacity`` rows: if more than now, reallocate and re-point every binding; return
-        whether it grew. ``ValueError`` below one row, :class:`PoolFrozenError` after
-        :meth:`freeze`."""
+        whether it grew (:class:`PoolFrozenError` after :meth:`freeze`)."""
         if capacity < 1:
             raise ValueError(
                 f"{type(self.owner).__name__}: cannot size its per-batch buffers for {capacity} "
                 f"rows ({reason}); a CUDA-graph batch size is at least 1"
             )
-        if capacity <= self._capacity:
+        if capacity <= self.capacity:
             return False
         if self._frozen is not None:
             raise PoolFrozenError(
                 f"{type(self.owner).__name__}: cannot grow its per-batch buffers from "
-                f"{self._capacity} to {capacity} rows ({reason}): {self._frozen}, and reallocating "
+                f"{self.capacity} to {capacity} rows ({reason}): {self._frozen}, and reallocating "
                 "would leave those graphs reading and writing freed memory. Size the pool before "
                 "the first capture (init_cuda_graph_state with the largest batch size)."
             )
         self._tensors = {n: s.allocate(capacity, self.device) for n, s in self._specs.items()}
-        self._capacity = capacity
+        self.capacity = capacity
         for binding in self._bindings:
             setattr(binding.holder, binding.attr, self.view(binding))
         return True

@@ -1,11 +1,5 @@
-"""Graph buffers whose width grows with the context: widened once, at graph set-up.
-
-``cuda_graph_kv_indices`` (one row per batch row, or per draft step) and
-``cuda_graph_custom_mask`` are allocated by upstream's ``init_cuda_graph_state`` at the captured
-batch size, so they never need more rows; in some layouts they lack width (``backend.defects``).
-:func:`widen` reallocates such a buffer once, before the pool freezes and any graph is captured,
-and only from a layout it knows.
-"""
+"""Graph buffers whose width grows with the context (docs/buffer-pool.md): widened once, at graph
+set-up before any capture, and only from a layout known here."""
 
 from __future__ import annotations
 
@@ -18,9 +12,9 @@ from sglang_aiter_plugin._sglang import installed_sglang_version
 
 __all__ = ["UnknownGraphLayoutError", "widen"]
 
+
 class UnknownGraphLayoutError(AiterExtError, RuntimeError):
     """Upstream's ``init_cuda_graph_state`` sized a graph buffer in a layout not known here."""
-
 
 
 def widen(owner: Any, name: str, need: int, known: dict[int, str], multiple_of: int = 1,

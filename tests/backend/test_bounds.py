@@ -14,14 +14,11 @@ from typing import Any
 import pytest
 import torch
 
+from sglang_aiter_plugin._patch import patched
 from sglang_aiter_plugin._switches import SwitchValueError
-from sglang_aiter_plugin.backend.bounds_check import (
-    BatchTooLargeError,
-    install_bounds_check,
-    is_checked,
-)
+from sglang_aiter_plugin.backend.bounds_check import PATCH, BatchTooLargeError, install_bounds_check
 from sglang_aiter_plugin.backend.graph_metadata import METADATA_METHODS
-from testkit.plugin_state import pool_frozen
+from testkit.plugin_state import hooked_methods, pool_frozen
 from testkit.subproc import run_python
 
 
@@ -48,7 +45,8 @@ class Holder:
 
 def test_a_batch_that_fits_reaches_the_method_with_its_arguments() -> None:
     h = Holder()
-    assert install_bounds_check(h, 8) == list(METADATA_METHODS)
+    install_bounds_check(h, 8)
+    assert hooked_methods(h, PATCH) == list(METADATA_METHODS)
     assert h.init_forward_metadata_capture_cuda_graph(8, 8) == "captured"
     assert h.init_forward_metadata_capture_cuda_graph(bs=3, num_tokens=3) == "captured"
     big, small = SimpleNamespace(batch_size=99), SimpleNamespace(batch_size=1)
@@ -110,8 +108,8 @@ def test_installing_twice_wraps_once() -> None:
     first = h.init_forward_metadata_out_graph
     install_bounds_check(h, 8)
     assert h.init_forward_metadata_out_graph is first
-    assert is_checked(first)
-    assert not is_checked(Holder.init_forward_metadata_out_graph)
+    assert patched(first, PATCH)
+    assert not patched(Holder.init_forward_metadata_out_graph, PATCH)
 
 
 def test_a_method_without_a_batch_size_is_named() -> None:

@@ -11,11 +11,7 @@ from pathlib import Path
 import pytest
 
 from sglang_aiter_plugin.backend import capacity as capacity_module
-from sglang_aiter_plugin.backend.capacity import (
-    BatchCapacityError,
-    batch_capacity,
-    capacity_of,
-)
+from sglang_aiter_plugin.backend.capacity import BatchCapacityError, capacity_of
 from testkit.batch_paths import SCENARIOS, graph_max
 from testkit.plugin_state import pool_frozen
 from testkit.sglang_setup import Setup, configure
@@ -88,7 +84,7 @@ def test_a_release_without_the_rule_is_refused_by_name(
         monkeypatch.delattr(COMMON, name, raising=False)
     with pytest.raises(BatchCapacityError, match=rf"no sglang\.srt\.utils\.common\.{missing}.*"
                                                  r"--attention-backend aiter"):
-        batch_capacity(setup.runner)
+        capacity_of(setup.runner)
 
 
 def test_the_backend_refuses_at_construction_not_per_step(
@@ -110,7 +106,7 @@ def test_draft_wrapper_and_children_hold_the_capacity_from_construction(
     from sglang_aiter_plugin.backend.classes import AiterExtMultiStepDraftBackend
 
     setup = setup_for("dp-attention", 33)  # type: ignore[operator]
-    rows = batch_capacity(setup.runner)
+    rows = capacity_of(setup.runner).rows
     assert rows == 34
     draft = AiterExtMultiStepDraftBackend(setup.runner, topk, 3)
     assert tuple(draft.kv_indptr.shape) == (3, rows * topk + 1)
@@ -128,7 +124,7 @@ def test_a_frozen_kv_mtp_draft_worker_is_sized_for_its_topk_expansion(setup_for:
 
     setup = setup_for("plain", 33)  # type: ignore[operator]
     runner = setup.runner
-    base = batch_capacity(runner)
+    base = capacity_of(runner).rows
     runner.is_draft_worker = True
     runner.spec_algorithm = SimpleNamespace(is_frozen_kv_mtp=lambda: True)
     with contextlib.ExitStack() as scope:

@@ -23,8 +23,6 @@ def make_pool(capacity: int = 3) -> tuple[BufferPool, SimpleNamespace, SimpleNam
     owner = SimpleNamespace()
     updater = SimpleNamespace()
     pool = BufferPool(owner, SPECS, capacity, "cpu")
-    for spec in SPECS:
-        pool.bind(owner, spec.name, spec.name)
     pool.bind(updater, "kv_indptr", "kv_indptr")
     return pool, owner, updater
 
@@ -85,7 +83,6 @@ def test_rows_of_a_leading_dimension_are_bound_as_views() -> None:
     children = [SimpleNamespace(), SimpleNamespace()]
     spec = BufferSpec("kv_indptr", torch.int32, Fill.ZEROS, per_row=2, extra=1, leading=(3,))
     pool = BufferPool(owner, [spec], 4, "cpu")
-    pool.bind(owner, "kv_indptr", "kv_indptr")
     for i, child in enumerate(children):
         pool.bind(child, "kv_indptr", "kv_indptr", row=i)
     pool.grow(6, reason="draft")
@@ -95,18 +92,17 @@ def test_rows_of_a_leading_dimension_are_bound_as_views() -> None:
         assert child.kv_indptr.shape == (13,)
 
 
-def test_adopts_tensors_that_fit_and_replaces_those_that_do_not() -> None:
+def test_adopts_the_owners_tensors_that_fit_and_replaces_those_that_do_not() -> None:
     fits = torch.zeros(4, dtype=torch.int32)
     wrong_dtype = torch.zeros(4, dtype=torch.int64)
+    owner = SimpleNamespace(kv_indptr=fits, qo=wrong_dtype)
     pool = BufferPool(
-        SimpleNamespace(),
-        [*SPECS[:1], BufferSpec("qo", torch.int32, Fill.ZEROS, extra=1)],
-        3,
-        "cpu",
-        adopt={"kv_indptr": fits, "qo": wrong_dtype},
+        owner, [*SPECS[:1], BufferSpec("qo", torch.int32, Fill.ZEROS, extra=1)], 3, "cpu"
     )
     assert pool.tensor("kv_indptr") is fits
     assert pool.tensor("qo").dtype == torch.int32
+    assert owner.qo is pool.tensor("qo")
+    assert pool.reallocated == ("qo",)
 
 
 def test_bad_input_is_named() -> None:
@@ -114,8 +110,6 @@ def test_bad_input_is_named() -> None:
         BufferPool(SimpleNamespace(), SPECS, 0, "cpu")
     with pytest.raises(ValueError, match="described twice"):
         BufferPool(SimpleNamespace(), SPECS + SPECS[:1], 2, "cpu")
-    with pytest.raises(ValueError, match="no spec"):
-        BufferPool(SimpleNamespace(), SPECS, 2, "cpu", adopt={"nope": torch.zeros(1)})
     pool, _, _ = make_pool()
     with pytest.raises(KeyError, match="owns no buffer 'nope'"):
         pool.tensor("nope")

@@ -23,12 +23,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from packaging.version import Version
-
     from sglang_aiter_plugin._status import FixStatus
     from sglang_aiter_plugin._switches import Switches
 
-__all__ = ["Check", "Report", "collect", "describe", "naming_note", "render_json", "render_table"]
+__all__ = ["Check", "Report", "collect", "describe", "render_json", "render_table"]
 
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 ENTRY_POINT_NAME = "aiter_ext"
@@ -214,25 +212,24 @@ def _upstream_defects(report: Report) -> None:
 
 
 def _naming(report: Report) -> None:
+    """How ``aiter-ext`` shows up in ``/server_info`` and the logs of the installed release."""
+    from packaging.version import Version
+
     from sglang_aiter_plugin._sglang import installed_sglang_version
 
-    report.add("naming", INFO, naming_note(installed_sglang_version()))
-
-
-def naming_note(version: Version | None) -> str:
-    """How ``aiter-ext`` shows up in ``/server_info`` and the logs of this sglang release."""
     common = ("--attention-backend aiter-ext is resolved as 'aiter', so every aiter-specific "
               "decision of sglang is taken as for aiter; the plugin logs one line 'resolving "
               "attention_backend 'aiter-ext' as 'aiter'' at start-up, and the backend objects are "
               "its AiterExt* classes (shown wherever sglang logs a backend's class name)")
-    from packaging.version import Version
-
+    version = installed_sglang_version()
     if version is not None and version >= Version("0.5.19"):
-        return (f"{common}. /server_info and the post-resolution server_args log say "
-                "attention_backend 'aiter'; launch_command (and the first, pre-resolution "
-                "server_args log) keep '--attention-backend aiter-ext'")
-    return (f"{common}. This sglang release resolves arguments as they are built, so "
-            "/server_info and every server_args log say attention_backend 'aiter'")
+        report.add("naming", INFO, f"{common}. /server_info and the post-resolution server_args "
+                   "log say attention_backend 'aiter'; launch_command (and the first, "
+                   "pre-resolution server_args log) keep '--attention-backend aiter-ext'")
+    else:
+        report.add("naming", INFO, f"{common}. This sglang release resolves arguments as they "
+                   "are built, so /server_info and every server_args log say attention_backend "
+                   "'aiter'")
 
 
 def _check_sglang(report: Report) -> bool:

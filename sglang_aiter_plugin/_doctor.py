@@ -284,8 +284,7 @@ _DISCOVERY_PROBE = textwrap.dedent("""
             from sglang_aiter_plugin._registration import last_statuses
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-    found = {name: ep.value for name, ep in eps.items()}
-    print(json.dumps({"found": found, "loaded": sorted(loaded), "error": error}))
+    print(json.dumps({"found": sorted(eps), "loaded": sorted(loaded), "error": error}))
     """)
 
 

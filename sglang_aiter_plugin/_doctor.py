@@ -1,15 +1,15 @@
 """``sglang-aiter-plugin doctor``: what this machine, this sglang and this plugin will do.
 
-Every line comes from a probe that ran now: package metadata, a fresh interpreter running
-sglang's own plugin loader, the fixes applied in this process. Nothing is assumed, and nothing
-stops the report: a check that cannot import or run what it needs (a broken install) becomes a
-``FAIL`` row naming the error, and the other checks still run.
+Each check imports what it needs itself: one that cannot (a broken install) becomes a ``FAIL``
+row naming the error, and the other checks still run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
-import importlib
+import importlib.util
+import io
 import json
 import os
 import platform
@@ -18,17 +18,17 @@ import subprocess
 import sys
 import textwrap
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from packaging.version import Version
-
     from sglang_aiter_plugin._status import FixStatus
     from sglang_aiter_plugin._switches import Switches
 
-__all__ = ["Check", "Report", "collect", "describe", "naming_note", "render_json", "render_table"]
+__all__ = ["Check", "Report", "collect", "describe", "render_json", "render_table"]
 
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 ENTRY_POINT_NAME = "aiter_ext"
@@ -121,43 +121,28 @@ def _check_plugin(report: Report) -> None:
     report.add("plugin", INFO, f"sglang-aiter-plugin {__version__}")
 
 
-def _module_name(relative: str) -> str:
-    return f"{PACKAGE}.{relative}" if relative else PACKAGE
-
-
 def _quiet(function: Callable[..., _T], *args: Any) -> _T:
-    """``function(*args)``; what sglang prints meanwhile (its "aiter is AMD specific" line off
-    ROCm, at import) and the warnings its quantization modules raise at import are dropped:
-    doctor's output is the report (``--json``: one document)."""
-    import contextlib
-    import io
-    import warnings
-
+    """``function(*args)``, dropping what sglang prints (off ROCm: "aiter is AMD specific") and
+    the warnings its imports raise: doctor's output is the report (``--json``: one document)."""
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return function(*args)
 
 
-def _import_quietly(name: str) -> Any:
-    return _quiet(importlib.import_module, name)
-
-
 def _check_package(report: Report) -> None:
     """Import every module in :data:`MODULES` (``__main__``: found, not run): one ``FAIL`` row
     for the modules missing from the package, one per cause that stops others importing."""
-    import importlib.util
-
     where = next(iter(getattr(sys.modules.get(PACKAGE), "__path__", [])), "?")
     missing: list[str] = []
     broken: dict[str, list[str]] = {}  # cause -> the modules it stops
     for relative in MODULES:
-        name = _module_name(relative)
+        name = f"{PACKAGE}.{relative}" if relative else PACKAGE
         try:
             if relative == "__main__":
                 if importlib.util.find_spec(name) is None:
                     raise ModuleNotFoundError(f"No module named {name!r}", name=name)
             else:
-                _import_quietly(name)
+                _quiet(importlib.import_module, name)
         except ModuleNotFoundError as exc:
             gone = exc.name or ""
             if gone == name or (gone.startswith(f"{PACKAGE}.") and name.startswith(f"{gone}.")):
@@ -179,9 +164,6 @@ def _check_package(report: Report) -> None:
 def _communicator_calls(report: Report, path: str | None = None) -> None:
     """The canary over sglang's ``parallel_state`` (``path``: its source, the installed one by
     default): a warning for each call on aiter's communicator the plugin does not know."""
-    import importlib.util
-    from pathlib import Path
-
     from sglang_aiter_plugin.fixes.collectives import FIXES
     from sglang_aiter_plugin.fixes.collectives.calls import communicator_calls, known_as
     from sglang_aiter_plugin.fixes.collectives.fix import PARALLEL_STATE
@@ -214,25 +196,24 @@ def _upstream_defects(report: Report) -> None:
 
 
 def _naming(report: Report) -> None:
+    """How ``aiter-ext`` shows up in ``/server_info`` and the logs of the installed release."""
+    from packaging.version import Version
+
     from sglang_aiter_plugin._sglang import installed_sglang_version
 
-    report.add("naming", INFO, naming_note(installed_sglang_version()))
-
-
-def naming_note(version: Version | None) -> str:
-    """How ``aiter-ext`` shows up in ``/server_info`` and the logs of this sglang release."""
     common = ("--attention-backend aiter-ext is resolved as 'aiter', so every aiter-specific "
               "decision of sglang is taken as for aiter; the plugin logs one line 'resolving "
               "attention_backend 'aiter-ext' as 'aiter'' at start-up, and the backend objects are "
               "its AiterExt* classes (shown wherever sglang logs a backend's class name)")
-    from packaging.version import Version
-
+    version = installed_sglang_version()
     if version is not None and version >= Version("0.5.19"):
-        return (f"{common}. /server_info and the post-resolution server_args log say "
-                "attention_backend 'aiter'; launch_command (and the first, pre-resolution "
-                "server_args log) keep '--attention-backend aiter-ext'")
-    return (f"{common}. This sglang release resolves arguments as they are built, so "
-            "/server_info and every server_args log say attention_backend 'aiter'")
+        report.add("naming", INFO, f"{common}. /server_info and the post-resolution server_args "
+                   "log say attention_backend 'aiter'; launch_command (and the first, "
+                   "pre-resolution server_args log) keep '--attention-backend aiter-ext'")
+    else:
+        report.add("naming", INFO, f"{common}. This sglang release resolves arguments as they "
+                   "are built, so /server_info and every server_args log say attention_backend "
+                   "'aiter'")
 
 
 def _check_sglang(report: Report) -> bool:
@@ -303,8 +284,7 @@ _DISCOVERY_PROBE = textwrap.dedent("""
             from sglang_aiter_plugin._registration import last_statuses
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-    found = {name: ep.value for name, ep in eps.items()}
-    print(json.dumps({"found": found, "loaded": sorted(loaded), "error": error}))
+    print(json.dumps({"found": sorted(eps), "loaded": sorted(loaded), "error": error}))
     """)
 
 
@@ -394,12 +374,11 @@ def _check_selection(report: Report, name: str, loaded: bool, switches: Switches
     if not switches.enabled:
         reasons.append(f"the plugin is switched off ({ENABLE_VAR}=0)")
     status = next((s for s in statuses if s.name == FIX_NAME), None)
+    unready = {FixState.FAILED: "failed", FixState.PENDING: "is still pending"}
     if FIX_NAME in switches.disabled_fixes:
         reasons.append(f"the {FIX_NAME} fix is disabled ({DISABLE_VAR})")
-    elif status is not None and status.state is FixState.FAILED:
-        reasons.append(f"the {FIX_NAME} fix failed: {status.detail}")
-    elif status is not None and status.state is FixState.PENDING:
-        reasons.append(f"the {FIX_NAME} fix is still pending: {status.detail}")
+    elif status is not None and status.state in unready:
+        reasons.append(f"the {FIX_NAME} fix {unready[status.state]}: {status.detail}")
     if not loaded:
         reasons.append("sglang's plugin loader does not load the plugin (see discovery)")
     if reasons:
@@ -441,7 +420,7 @@ def _classes_built(status: FixStatus) -> FixStatus:
     if status.name != FIX_NAME or status.state not in (FixState.APPLIED, FixState.PENDING):
         return status
     try:
-        sites = _import_quietly(f"{PACKAGE}.fixes.attention_backend.sites")
+        sites = _quiet(importlib.import_module, f"{PACKAGE}.fixes.attention_backend.sites")
         for stock in sites.PLUGIN_CLASSES:
             _quiet(sites.plugin_class, stock)
     except Exception as exc:

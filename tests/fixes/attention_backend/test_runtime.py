@@ -150,10 +150,12 @@ def test_the_fold_is_logged(
     assert "decode_attention_backend, prefill_attention_backend 'aiter-ext' as 'aiter'" in lines[0]
 
 
-def test_doctor_describes_this_release(resolutions: Resolutions, sglang_version: Any) -> None:
-    from sglang_aiter_plugin._doctor import naming_note
+def test_doctor_describes_this_release(resolutions: Resolutions) -> None:
+    from sglang_aiter_plugin import _doctor
 
-    note = naming_note(sglang_version)
+    report = _doctor.Report()
+    _doctor._naming(report)
+    (note,) = [c.summary for c in report.checks if c.name == "naming"]
     record = resolutions.get("llama-32k", "aiter-ext").record
     raw = getattr(record, "_raw_input", None)
     if "launch_command" in note:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 
 __all__ = ["main"]
@@ -35,3 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = _doctor.collect(selected_backend=args.attention_backend)
     print(_doctor.render_json(report) if args.json else _doctor.render_table(report))
     return report.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,7 +10,7 @@ from sglang_aiter_plugin._log import log as _log
 from sglang_aiter_plugin._releases import __version__
 from sglang_aiter_plugin._sglang import Support, installed_sglang_version, support_of
 from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin._switches import ENABLE_VAR, Switches, read_switches
+from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR, Switches, read_switches
 from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 
 __all__ = ["last_statuses", "register", "run_fixes"]
@@ -38,7 +38,8 @@ def run_fixes() -> tuple[Switches, list[FixStatus]]:
         from sglang_aiter_plugin.plugin.spec import FixContext
 
         _switches = switches
-        manager = PluginManager(BUILTIN_FIXES, blocked=switches.disabled_fixes)
+        blocked = {name: f"listed in {DISABLE_VAR}" for name in switches.disabled_fixes}
+        manager = PluginManager(BUILTIN_FIXES, blocked=blocked)
         _statuses = {}
         context = FixContext(sglang_version=installed_sglang_version(), report=_report_later)
         for status in manager.apply_fixes(context):

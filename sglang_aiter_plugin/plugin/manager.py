@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pluggy
 
 from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin._switches import DISABLE_VAR
 from sglang_aiter_plugin.plugin import HOOK_PREFIX, PROJECT, spec
 from sglang_aiter_plugin.plugin.spec import FixContext
 
@@ -49,14 +48,16 @@ class PluginManager:
     """Typed facade over a :class:`pluggy.PluginManager` holding the fixes."""
 
     def __init__(self, fixes: Sequence[tuple[str, str]], *,
-                 blocked: Collection[str] = ()) -> None:
-        """Register ``fixes`` (name, ``module[:object]``) in order; block those in ``blocked``."""
+                 blocked: Mapping[str, str] | None = None) -> None:
+        """Register ``fixes`` (name, ``module[:object]``) in order; block those in ``blocked``
+        (name -> why, the ``disabled`` status's detail)."""
         self.pluggy: pluggy.PluginManager = _PluggyManager(PROJECT)
         self.pluggy.add_hookspecs(spec)
         self._order = [name for name, _ in fixes]
         self._problems: list[FixStatus] = []
+        self._blocked = dict(blocked or {})
         for name, value in fixes:
-            if name in blocked:
+            if name in self._blocked:
                 self.pluggy.set_blocked(name)
                 continue
             try:
@@ -71,7 +72,7 @@ class PluginManager:
         statuses: list[FixStatus] = list(self._problems)
         for name in self._order:
             if self.pluggy.is_blocked(name):
-                statuses.append(FixStatus(name, FixState.DISABLED, f"listed in {DISABLE_VAR}"))
+                statuses.append(FixStatus(name, FixState.DISABLED, self._blocked[name]))
             elif name in impls:  # not loaded: its failure is already among the statuses
                 statuses.append(_call_fix(name, impls[name].function, context))
         return statuses

@@ -135,7 +135,7 @@ def test_a_fix_that_cannot_be_imported_or_returns_garbage_is_failed() -> None:
 @pytest.mark.usefixtures("modules")
 def test_a_blocked_fix_is_reported_disabled_and_never_imported() -> None:
     manager = PluginManager([("raising", "tpf_raising"), ("good", "tpf_good")],
-                            blocked={"raising"})
+                            blocked={"raising": "listed in SGLANG_AITER_EXT_DISABLE"})
     assert "tpf_raising" not in sys.modules
     assert manager.pluggy.is_blocked("raising")
     statuses = _statuses(manager)

@@ -24,12 +24,11 @@ from typing import Any
 
 from sglang_aiter_plugin._rebind import rebound
 from sglang_aiter_plugin.fixes.collectives.calls import ALL_REDUCE
-from sglang_aiter_plugin.fixes.collectives.fix import PARALLEL_STATE
+from sglang_aiter_plugin.fixes.collectives.fix import PARALLEL_STATE, calling_with
 from sglang_aiter_plugin.fixes.collectives.probe import (
     Condition,
     ProbeError,
     below_wrappers,
-    calling_with,
     parameters,
     probe,
     simulated,

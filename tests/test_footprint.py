@@ -39,6 +39,7 @@ print("RESULT " + json.dumps({
     "registry_imported": "sglang.srt.layers.attention.attention_registry" in sys.modules,
     "backend_imported": "sglang_aiter_plugin.backend" in sys.modules,
     "sites_imported": "sglang_aiter_plugin.fixes.attention_backend.sites" in sys.modules,
+    "probe_imported": "sglang_aiter_plugin.fixes.collectives.probe" in sys.modules,
     "propagate": plugin_logger.propagate,
     "statuses": {s.name: s.state.value for s in last_statuses()},
 }))
@@ -64,6 +65,7 @@ def test_a_launch_without_aiter_ext_leaves_nothing_behind(launch: Result) -> Non
     assert data["registry_imported"] is False
     assert data["backend_imported"] is False  # only a launch choosing aiter-ext needs it
     assert data["sites_imported"] is False  # nor the construction sites (start-up time)
+    assert data["probe_imported"] is False  # off ROCm no collective fix probes sglang
     assert data["marker"] is False
     assert data["finders"] == []  # the import hook is gone once nothing waits
     assert data["plugin_loaders"] == []  # the modules it watched keep their own loaders

@@ -13,8 +13,7 @@ fails on a release that does not).
 
 from __future__ import annotations
 
-from sglang_aiter_plugin.fixes.collectives.fix import CollectiveFix, Method
-from sglang_aiter_plugin.fixes.collectives.probe import calling_with
+from sglang_aiter_plugin.fixes.collectives.fix import CollectiveFix, Method, calling_with
 
 __all__ = ["ALL_GATHER", "FIXES", "FUSED_AR_RMSNORM", "REDUCE_SCATTER"]
 

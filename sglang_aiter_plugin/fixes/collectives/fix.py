@@ -18,31 +18,25 @@ import os
 import sys
 import types
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
-
-from packaging.version import Version
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sglang_aiter_plugin._patch import patched, wrap_once
 from sglang_aiter_plugin._post_import import when_imported
 from sglang_aiter_plugin._rebind import Overlay
 from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin.fixes.collectives.probe import (
-    COPY_IN_ENV,
-    TMS_ENV,
-    Condition,
-    Invoke,
-    NotAiterPath,
-    ProbeError,
-    ProbeResult,
-    parameters,
-    probe,
-)
 from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
-__all__ = ["PARALLEL_STATE", "UNREGISTERED", "CollectiveFix", "Decision", "Method", "Plan",
-           "all_gather_unregistered", "communicator_view", "fused_unregistered", "is_installed",
-           "plan_for", "qknorm_unregistered", "reduce_scatter_unregistered"]
+if TYPE_CHECKING:  # the probe is imported where a fix decides: only on ROCm, once sglang's
+    # parallel_state is imported
+    from packaging.version import Version
+
+    from sglang_aiter_plugin.fixes.collectives.probe import Condition, ProbeResult
+
+__all__ = ["PARALLEL_STATE", "UNREGISTERED", "CollectiveFix", "Decision", "Invoke", "Method",
+           "Plan", "all_gather_unregistered", "calling_with", "communicator_view",
+           "fused_unregistered", "is_installed", "plan_for", "qknorm_unregistered",
+           "reduce_scatter_unregistered"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
 logger = logging.getLogger("sglang_aiter_plugin")
@@ -68,6 +62,8 @@ class Plan(NamedTuple):
 def plan_for(ignored: tuple[Condition, ...], envs: Any,
              environ: Mapping[str, str] | None = None) -> Plan:
     """The plan for the conditions sglang ignores; copy-in as sglang reads it (once, ``"1"``)."""
+    from sglang_aiter_plugin.fixes.collectives.probe import COPY_IN_ENV, TMS_ENV, Condition
+
     env = os.environ if environ is None else environ
     return Plan(
         copy_in=Condition.COPY_IN in ignored and env.get(COPY_IN_ENV, "0") == "1",
@@ -167,6 +163,22 @@ def is_installed(cls: type, name: str) -> bool:
     return patched(vars(cls).get(name))
 
 
+Invoke = Callable[[Callable[..., Any], Any], Any]
+"""How a fix's probe calls a method: ``invoke(method, coordinator)`` with the method's own
+arguments."""
+
+
+def calling_with(*shapes: tuple[int, ...], then: tuple[Any, ...] = ()) -> Invoke:
+    """An :data:`Invoke` passing empty tensors of ``shapes`` (nothing reads them), then ``then``."""
+
+    def invoke(method: Callable[..., Any], coordinator: Any) -> Any:
+        import torch
+
+        return method(coordinator, *(torch.empty(shape) for shape in shapes), *then)
+
+    return invoke
+
+
 class Method(NamedTuple):
     """A ``GroupCoordinator`` method a fix wraps, the parameter lists it suits; ``optional``:
     missing in some releases without making the fix ``skipped``."""
@@ -252,6 +264,14 @@ class CollectiveFix:
 
     def decide(self, cls: type, version: Version | None) -> Decision:
         """Probe :attr:`methods` on ``cls`` (nothing is installed)."""
+        from sglang_aiter_plugin.fixes.collectives.probe import (
+            Condition,
+            NotAiterPath,
+            ProbeError,
+            parameters,
+            probe,
+        )
+
         release = f"sglang {version}" if version is not None else "this sglang"
         found: list[tuple[str, ProbeResult]] = []
         absent: list[str] = []

@@ -22,8 +22,8 @@ from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._rebind import Overlay, rebound
 
 __all__ = ["AITER_CALLS", "COPY_IN_ENV", "NO_COLLECTIVE", "TMS_ENV", "AiterCall",
-           "CaptureCommunicator", "Condition", "Invoke", "NotAiterPath", "ProbeError",
-           "ProbeResult", "below_wrappers", "calling_with", "parameters", "probe", "simulated"]
+           "CaptureCommunicator", "Condition", "NotAiterPath", "ProbeError", "ProbeResult",
+           "below_wrappers", "parameters", "probe", "simulated"]
 
 TMS_ENV = "SGLANG_MEMORY_SAVER_CUDA_GRAPH"
 COPY_IN_ENV = "SGLANG_AITER_CAPTURE_COPY_IN"
@@ -266,21 +266,6 @@ def _probe_coordinator(cls: type, communicator: CaptureCommunicator) -> Any:
     return coordinator
 
 
-Invoke = Callable[[Callable[..., Any], Any], Any]
-"""How to call the method: ``invoke(method, coordinator)`` with the method's own arguments."""
-
-
-def calling_with(*shapes: tuple[int, ...], then: tuple[Any, ...] = ()) -> Invoke:
-    """An :data:`Invoke` passing empty tensors of ``shapes`` (nothing reads them), then ``then``."""
-
-    def invoke(method: Callable[..., Any], coordinator: Any) -> Any:
-        import torch
-
-        return method(coordinator, *(torch.empty(shape) for shape in shapes), *then)
-
-    return invoke
-
-
 class ProbeResult(NamedTuple):
     """Whether the capture registers with no condition (``baseline``) and under each one;
     ``methods``: the communicator methods sglang called (for the status); ``registering``: those
@@ -315,8 +300,9 @@ def parameters(cls: type, name: str) -> tuple[str, ...]:
     return tuple(inspect.signature(below_wrappers(cls, name)).parameters)
 
 
-def probe(cls: type, name: str, invoke: Invoke) -> ProbeResult:
-    """Run sglang's ``cls.name`` under a simulated capture with each condition (module doc);
+def probe(cls: type, name: str, invoke: Callable[[Callable[..., Any], Any], Any]) -> ProbeResult:
+    """Run sglang's ``cls.name`` under a simulated capture with each condition (module doc),
+    called as ``invoke(method, coordinator)``;
     :class:`NotAiterPath`, :class:`ProbeError` (unlike any known release) or ``AttributeError``."""
     own = below_wrappers(cls, name)  # AttributeError / ProbeError before anything runs
     # (tms, copy_in, communicator flag) per run: no condition, then each condition alone

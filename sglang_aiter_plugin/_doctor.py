@@ -313,6 +313,7 @@ def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> bool:
         out, err = proc.communicate(timeout=300)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.communicate()
         report.add("discovery", FAIL, "sglang's plugin loader did not finish within 300 s")
         return False
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -34,18 +33,15 @@ def patched(fn: Any, patch: str | None = None) -> bool:
 
 
 def wrap_once(holder: Any, name: str, patch: str,
-              wrap: Callable[[Callable[..., Any]], Callable[..., Any]], *, item: bool = False,
-              functions_only: bool = False) -> bool:
+              wrap: Callable[[Callable[..., Any]], Callable[..., Any]], *,
+              item: bool = False) -> bool:
     """Replace ``holder.name`` (``holder[name]`` with ``item``) by ``wrap(current)``, keeping it as
     ``__wrapped__`` and marked as ``patch``; return ``False``, changing nothing, where
-    ``current`` already is or wraps it.
-    ``functions_only``: ``TypeError`` unless the class attribute is a plain function."""
+    ``current`` already is or wraps it."""
     with _lock:
         current = holder[name] if item else getattr(holder, name)
         if patched(current, patch):
             return False
-        if functions_only and not isinstance(raw := vars(holder)[name], types.FunctionType):
-            raise TypeError(f"{holder.__name__}.{name} is {type(raw).__name__}, not a function")
         wrapper = functools.update_wrapper(wrap(current), current)
         setattr(wrapper, MARK, patch)
         if item:

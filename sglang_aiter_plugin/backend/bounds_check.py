@@ -47,9 +47,10 @@ def _check(backend: Any, capacity: int, extra: int, name: str, batch: Any) -> No
     topk = int(getattr(backend, "topk", 1) or 1)
     need, room = int(total) * topk + bs * extra, int(indices.shape[-1])
     if need > room:
+        per_step = " per draft step" if indices.dim() > 1 else ""  # the draft wrapper's rows
         raise BatchTooLargeError(
             f"{where}: a batch whose seq_lens_sum is {total} (x topk {topk}, + {extra} per row) "
-            f"needs {need} entries of cuda_graph_kv_indices, which holds {room} per row; "
+            f"needs {need} entries of cuda_graph_kv_indices, which holds {room}{per_step}; "
             "nothing was written. A longer batch than the graphs were set up for reached the "
             "graph metadata: run it eagerly, or report the caller to sglang-aiter-plugin."
         )

@@ -95,8 +95,14 @@ def test_a_batch_longer_than_the_indices_buffer_is_refused_before_the_method_run
     text = str(info.value)
     assert "Holder.init_forward_metadata_out_graph" in text
     assert "seq_lens_sum is 35 (x topk 2, + 4 per row)" in text
-    assert "needs 102 entries of cuda_graph_kv_indices, which holds 100" in text
+    assert "needs 102 entries of cuda_graph_kv_indices, which holds 100; " in text  # in all
     assert "nothing was written" in text
+    draft = Holder()  # the draft wrapper's buffer: one row per draft step, each checked alone
+    draft.cuda_graph_kv_indices, draft.topk = torch.zeros((3, 100), dtype=torch.int32), 2  # type: ignore[attr-defined]
+    install_bounds_check(draft, 8, extra_per_row=4)
+    assert draft.init_forward_metadata_out_graph(fits) == "out"
+    with pytest.raises(BatchTooLargeError, match="which holds 100 per draft step; "):
+        draft.init_forward_metadata_out_graph(longer)
     # a call without seq_lens_sum (capture, 0.5.11-0.5.17) is summed from its seq_lens
     with pytest.raises(BatchTooLargeError, match="seq_lens_sum is 104"):
         h.init_forward_metadata_capture_cuda_graph(8, 8, seq_lens=torch.full((8,), 13))

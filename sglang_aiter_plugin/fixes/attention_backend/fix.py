@@ -94,7 +94,7 @@ class AttentionBackendFix:
             if REGISTRY_MODULE in self._done:
                 return
             self._sites_wanted = wanted
-        if self._sites_wanted:
+        if wanted:
             when_imported(REGISTRY_MODULE, self._run_sites)
         else:
             cancel(REGISTRY_MODULE, self._run_sites)

@@ -334,5 +334,5 @@ class CollectiveFix:
         if decision.methods:
             self.plan = plan_for(decision.ignored, module.envs)
             for name in decision.methods:
-                wrap_once(cls, name, self.name, self.wrap, functions_only=True)
+                wrap_once(cls, name, self.name, self.wrap)
         return decision.status

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 
 from sglang_aiter_plugin._patch import MARK, wrap_once
 from sglang_aiter_plugin._rebind import Overlay
+from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.fixes.collectives import (
     ALL_GATHER,
     FUSED_AR_RMSNORM,
@@ -19,7 +21,10 @@ from sglang_aiter_plugin.fixes.collectives import (
 from sglang_aiter_plugin.fixes.collectives.fix import (
     UNREGISTERED,
     CollectiveFix,
+    Decision,
+    Method,
     Plan,
+    calling_with,
     communicator_view,
     is_installed,
     plan_for,
@@ -311,8 +316,8 @@ def _double(original: Any) -> Any:
 def test_a_wrapper_is_installed_once_and_keeps_the_original_reachable() -> None:
     cls = type("Target", (_Target,), {"method": _Target.method})
     assert is_installed(cls, "method") is False
-    assert wrap_once(cls, "method", "fix-a", _double, functions_only=True) is True
-    assert wrap_once(cls, "method", "fix-a", _double, functions_only=True) is False
+    assert wrap_once(cls, "method", "fix-a", _double) is True
+    assert wrap_once(cls, "method", "fix-a", _double) is False
     wrapper = vars(cls)["method"]
     assert cls().method(1) == 4
     assert getattr(wrapper, MARK) == "fix-a"
@@ -324,7 +329,7 @@ def test_a_wrapper_is_installed_once_and_keeps_the_original_reachable() -> None:
 
 def test_a_wrapper_below_another_layer_is_still_found() -> None:
     cls = type("Target", (_Target,), {"method": _Target.method})
-    wrap_once(cls, "method", "fix-a", _double, functions_only=True)
+    wrap_once(cls, "method", "fix-a", _double)
 
     def outer(self: Any, x: int) -> int:  # another plugin's layer: no mark of ours on it
         return 0
@@ -333,14 +338,24 @@ def test_a_wrapper_below_another_layer_is_still_found() -> None:
     setattr(cls, "method", outer)  # noqa: B010
     assert not hasattr(outer, MARK)
     assert is_installed(cls, "method") is True
-    assert wrap_once(cls, "method", "fix-a", _double, functions_only=True) is False
+    assert wrap_once(cls, "method", "fix-a", _double) is False
     assert layers(cls, "method") == 2
 
 
-def test_a_wrapper_refuses_what_is_not_a_plain_function() -> None:
-    cls = type("Target", (), {"method": staticmethod(lambda x: x)})
-    with pytest.raises(TypeError, match=r"Target\.method is staticmethod, not a function"):
-        wrap_once(cls, "method", "fix-a", _double, functions_only=True)
+def test_a_method_that_is_not_a_plain_function_fails_the_fix_and_nothing_is_wrapped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    stock = staticmethod(lambda x: x)
+    cls = type("GroupCoordinator", (), {"first": _Target.method, "second": stock})
+    collective = CollectiveFix("capture-test", "test", invoke=calling_with(), how="-", ledger="-",
+                               methods=(Method("first", ()), Method("second", ())))
+    decided = Decision(FixStatus(collective.name, FixState.APPLIED, "-"),
+                       methods=("first", "second"))
+    monkeypatch.setattr(collective, "decide", lambda cls, version: decided)
+    status = collective.decide_now(SimpleNamespace(GroupCoordinator=cls, envs=None), None)
+    assert status.state is FixState.FAILED
+    assert "GroupCoordinator.second is staticmethod, not a function" in status.detail
+    assert vars(cls)["first"] is _Target.method  # all or nothing: the function is not wrapped
+    assert vars(cls)["second"] is stock
 
 
 def test_another_plugins_hook_registry_hook_wraps_the_plugins_wrapper() -> None:

@@ -90,14 +90,16 @@ def _cell(cases: list[tuple[str, str]], prefixes: tuple[str, ...]) -> str:
 
 
 def _skip_reason(junit: Path, prefixes: tuple[str, ...]) -> str:
-    """The skip message of the area's tests (the first), without pytest's location prefix."""
+    """Each distinct skip message of the area's tests, once, in the order met (the GPU tier's
+    and the CPU tier's alike), without pytest's location prefix."""
+    reasons: dict[str, None] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         path = case.get("classname", "").replace(".", "/")
         skipped = case.find("skipped")
         if skipped is not None and any(path.startswith(x.rstrip("/")) for x in prefixes):
             message = skipped.get("message", "skipped")
-            return message.split("Skipped: ", 1)[-1].replace("|", "/")
-    return "skipped"
+            reasons[message.split("Skipped: ", 1)[-1].replace("|", "/")] = None
+    return "; ".join(reasons) or "skipped"
 
 
 def _commit() -> str:

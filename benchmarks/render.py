@@ -150,6 +150,12 @@ def _startup_rocm(data: dict[str, Any], _: Path) -> list[str]:
     lines += [f"| {label} | {fmt(v['ms'], 'ms', 2)} | {v['ms']['median'] / total:.0%} | "
               f"{v['buys']} |" for label, v in steps.items()]
     lines += [f"| all steps (sum of medians) | {total:.2f} ms | 100% | |", ""]
+    loader = ms["not installed, launcher"]["call_ms"]["median"]
+    registry = steps["import pluggy"]["ms"]["median"]
+    lines += [f"- Against sglang's own `load_plugins()` after the launcher's imports "
+              f"({loader:.2f} ms): importing pluggy, the registry, alone takes {registry:.2f} ms "
+              f"({registry / loader:.2f}x); every other step together {total - registry:.2f} ms "
+              f"({(total - registry) / loader:.2f}x).", ""]
     modules = data["modules_ms"]
     pluggy = [m for m in modules if m.split(".")[0] == "pluggy"]
     rows = [(m, modules[m]["median"]) for m in modules if m not in pluggy]

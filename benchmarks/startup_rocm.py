@@ -89,14 +89,15 @@ BUYS = {
         "failure isolated from the others",
     "import the attention-backend fix": "`--attention-backend aiter-ext`: the fold into `aiter`, "
         "the recorded choice, sglang's construction sites, the wait for sglang's modules",
-    "import the collective fixes": "the three collective fixes: their ledgers, the probe, the "
-        "wrapper and its views of aiter's communicator",
+    "import the collective fixes": "the three collective fixes: their ledgers, the decision, the "
+        "wrapper and its views of aiter's communicator (the probe is imported where a fix decides)",
     "pluggy manager: hook spec, the fixes registered": "the fixes registered, those listed in "
         "`SGLANG_AITER_EXT_DISABLE` blocked",
     "apply attention-backend": "the CLI choice and the fold installed (sglang's `server_args` is "
         "imported), the construction sites armed for the backend registry",
-    "apply capture-all-gather": "sglang's all-gather probed on a simulated ROCm capture (which "
-        "conditions it ignores on this release), the wrapper installed where it does",
+    "apply capture-all-gather": "the probe imported (the first fix to decide), sglang's "
+        "all-gather probed on a simulated ROCm capture (which conditions it ignores on this "
+        "release), the wrapper installed where it does",
     "apply capture-reduce-scatter": "the same for the reduce-scatter",
     "apply capture-fused-ar-rmsnorm": "the same for both fused all-reduce+RMSNorm methods",
     "the log line": "the one start-up line with every fix's status",

@@ -44,6 +44,8 @@ def test_every_committed_result_renders_with_its_numbers(tmp_path: Path) -> None
         if data["benchmark"] == "startup_rocm":
             for key, r in data["ratio"].items():
                 assert f"**{r['median']:.2f}x**" in text, key
+            pluggy = data["steps"]["import pluggy"]["ms"]["median"]
+            assert f"importing pluggy, the registry, alone takes {pluggy:.2f} ms" in text
 
 
 def test_unknown_result_kinds_are_skipped_not_invented(tmp_path: Path) -> None:

@@ -31,12 +31,11 @@ if TYPE_CHECKING:  # the probe is imported where a fix decides: only on ROCm, on
     # parallel_state is imported
     from packaging.version import Version
 
-    from sglang_aiter_plugin.fixes.collectives.probe import Condition, ProbeResult
+    from sglang_aiter_plugin.fixes.collectives.probe import Condition, Invoke, ProbeResult
 
-__all__ = ["PARALLEL_STATE", "UNREGISTERED", "CollectiveFix", "Decision", "Invoke", "Method",
-           "Plan", "all_gather_unregistered", "calling_with", "communicator_view",
-           "fused_unregistered", "is_installed", "plan_for", "qknorm_unregistered",
-           "reduce_scatter_unregistered"]
+__all__ = ["PARALLEL_STATE", "UNREGISTERED", "CollectiveFix", "Decision", "Method", "Plan",
+           "all_gather_unregistered", "calling_with", "communicator_view", "fused_unregistered",
+           "is_installed", "plan_for", "qknorm_unregistered", "reduce_scatter_unregistered"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
 logger = logging.getLogger("sglang_aiter_plugin")
@@ -163,13 +162,9 @@ def is_installed(cls: type, name: str) -> bool:
     return patched(vars(cls).get(name))
 
 
-Invoke = Callable[[Callable[..., Any], Any], Any]
-"""How a fix's probe calls a method: ``invoke(method, coordinator)`` with the method's own
-arguments."""
-
-
 def calling_with(*shapes: tuple[int, ...], then: tuple[Any, ...] = ()) -> Invoke:
-    """An :data:`Invoke` passing empty tensors of ``shapes`` (nothing reads them), then ``then``."""
+    """A probe's :data:`~.probe.Invoke`: empty tensors of ``shapes`` (nothing reads them), then
+    ``then``."""
 
     def invoke(method: Callable[..., Any], coordinator: Any) -> Any:
         import torch

@@ -22,8 +22,8 @@ from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._rebind import Overlay, rebound
 
 __all__ = ["AITER_CALLS", "COPY_IN_ENV", "NO_COLLECTIVE", "TMS_ENV", "AiterCall",
-           "CaptureCommunicator", "Condition", "NotAiterPath", "ProbeError", "ProbeResult",
-           "below_wrappers", "parameters", "probe", "simulated"]
+           "CaptureCommunicator", "Condition", "Invoke", "NotAiterPath", "ProbeError",
+           "ProbeResult", "below_wrappers", "parameters", "probe", "simulated"]
 
 TMS_ENV = "SGLANG_MEMORY_SAVER_CUDA_GRAPH"
 COPY_IN_ENV = "SGLANG_AITER_CAPTURE_COPY_IN"
@@ -300,9 +300,12 @@ def parameters(cls: type, name: str) -> tuple[str, ...]:
     return tuple(inspect.signature(below_wrappers(cls, name)).parameters)
 
 
-def probe(cls: type, name: str, invoke: Callable[[Callable[..., Any], Any], Any]) -> ProbeResult:
-    """Run sglang's ``cls.name`` under a simulated capture with each condition (module doc),
-    called as ``invoke(method, coordinator)``;
+Invoke = Callable[[Callable[..., Any], Any], Any]
+"""How to call the method: ``invoke(method, coordinator)`` with the method's own arguments."""
+
+
+def probe(cls: type, name: str, invoke: Invoke) -> ProbeResult:
+    """Run sglang's ``cls.name`` under a simulated capture with each condition (module doc);
     :class:`NotAiterPath`, :class:`ProbeError` (unlike any known release) or ``AttributeError``."""
     own = below_wrappers(cls, name)  # AttributeError / ProbeError before anything runs
     # (tms, copy_in, communicator flag) per run: no condition, then each condition alone

@@ -127,6 +127,12 @@ def _startup_rocm(data: dict[str, Any], _: Path) -> list[str]:
         lines.append(f"- The baseline checkout (`--baseline`), in the same rounds: after the "
                      f"launcher's imports {times('baseline installed, launcher')}; bare "
                      f"{times('baseline installed, bare')}.")
+    if "installed without collective fixes, launcher" in ratio:
+        lines.append(f"- With the three collective fixes disabled (`SGLANG_AITER_EXT_DISABLE`: "
+                     f"nothing of the collectives imported or probed), what the plugin costs "
+                     f"where a process takes no collective decision at load: after the launcher's "
+                     f"imports {times('installed without collective fixes, launcher')}; bare "
+                     f"{times('installed without collective fixes, bare')}.")
     walks = {k[5:]: v for k, v in ms["installed, launcher"].items() if k.startswith("walk ")}
     walked = ", ".join(f"`{k}` {fmt(v, 'ms')}" for k, v in walks.items())
     gc_ms = ", ".join(f"{key} {series['gc_ms']['median']:.1f} ms" for key, series in ms.items())

@@ -20,6 +20,10 @@ imports with the plugin, its own import time (:data:`MODULES`).
 The installed launcher child also times sglang's ``HookRegistry._propagate_patch`` once per
 wrapped method: the module walk that registering the wrappers through ``HookRegistry`` would add.
 
+``installed without collective fixes`` is the same install with the three collective fixes in
+``SGLANG_AITER_EXT_DISABLE`` (pluggy blocks them: nothing of the collectives is imported or
+probed): what the plugin costs where a process takes no collective decision at load.
+
 ``--baseline TREE`` measures another checkout's wheel as one more variant in the same rounds
 (before and after a change, side by side)::
 
@@ -42,12 +46,15 @@ from typing import Any
 
 from benchmarks._format import run_facts
 from benchmarks.startup import _overlay, _popen_wait4, _run, _summary
+from sglang_aiter_plugin._switches import DISABLE_VAR
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 
 ROOT = Path(__file__).resolve().parents[1]
 HIP = "6.3.42131"  # a ROCm 6.3 build's torch.version.hip; only whether it is set matters
 METHODS = ("_all_gather_into_tensor", "_maybe_aiter_reduce_scatter", "fused_allreduce_rmsnorm",
            "fused_allreduce_rmsnorm_quant_per_group")
 ROCM = f"import torch; torch.version.hip = {HIP!r}  # before sglang reads it, as on ROCm\n"
+NO_COLLECTIVES = "installed without collective fixes"  # a variant: no ", " (keys split on it)
 PRELUDES = {"launcher": "import sglang.launch_server\n", "bare": ""}
 CHILD = ROCM + """import json, sys, time
 {pre}from sglang.srt.plugins import load_plugins
@@ -202,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                  for variant, tree in trees.items() if tree is not None}
         paths["not installed"] = _overlay(tmp / "not-installed", [])
         envs = {variant: {**base_env, "PYTHONPATH": str(path)} for variant, path in paths.items()}
+        envs[NO_COLLECTIVES] = {**envs["installed"], DISABLE_VAR: ",".join(
+            name for name, _ in BUILTIN_FIXES if name.startswith("capture-"))}
         names = [(v, p) for p in PRELUDES for v in envs]
         for i in range(args.runs + 1):  # the first round warms the page cache, not recorded
             names = names[1:] + names[:1]

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.version import Version
@@ -77,7 +78,7 @@ def test_the_readme_support_statement_is_what_the_matrix_recorded() -> None:
     assert set(passing) <= set(_releases.TESTED)
 
 
-def test_every_test_file_is_in_a_matrix_area() -> None:
+def _matrix() -> Any:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("matrix", ROOT / "tests/compat/matrix.py")
@@ -85,6 +86,20 @@ def test_every_test_file_is_in_a_matrix_area() -> None:
     assert spec.loader is not None
     matrix = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(matrix)
+    return matrix
+
+
+def test_the_recorded_matrix_holds_only_the_cells_its_last_runs_wrote() -> None:
+    """No cell of a retired area (or from an older run) outlives a whole run of its release."""
+    import json
+
+    cells = set(_matrix().CELLS)
+    rows = json.loads((ROOT / "tests/compat/matrix.json").read_text())["rows"]
+    assert {r["release"]: sorted(set(r) - cells) for r in rows if set(r) - cells} == {}
+
+
+def test_every_test_file_is_in_a_matrix_area() -> None:
+    matrix = _matrix()
     prefixes = [p for paths in matrix.AREAS.values() for p in paths]
     files = [p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py")]
     outside = [f for f in files if not any(f.startswith(p) for p in prefixes)]

@@ -49,6 +49,8 @@ AREAS: dict[str, tuple[str, ...]] = {
 }
 E2E = "e2e"
 """A real ``launch_server`` tree on CPU; where a release cannot serve, its cell says why."""
+CELLS = ("release", *AREAS, *COLUMNS.values(), "suite", "minutes", "commit")
+"""A row's cells, in MATRIX.md's order; matrix.json holds no other."""
 
 
 def _run_release(version: str, junit: Path, tests: list[str]) -> tuple[int, float]:
@@ -120,7 +122,6 @@ def _newer_on_pypi() -> list[str]:
 
 
 def _write(rows: list[dict[str, str]], newer: list[str], commands: list[str]) -> None:
-    cols = ["release", *AREAS, *COLUMNS.values(), "suite", "minutes", "commit"]
     lines = [
         "# Compatibility matrix",
         "",
@@ -135,10 +136,10 @@ def _write(rows: list[dict[str, str]], newer: list[str], commands: list[str]) ->
         "`e2e`: a real `launch_server` process tree serving a tiny checkpoint on CPU through",
         "`aiter-ext` (tests/e2e); where a release cannot serve on CPU the cell says why.",
         "",
-        "| " + " | ".join(cols) + " |",
-        "| " + " | ".join("---" for _ in cols) + " |",
+        "| " + " | ".join(CELLS) + " |",
+        "| " + " | ".join("---" for _ in CELLS) + " |",
     ]
-    lines += ["| " + " | ".join(row.get(c, "-") for c in cols) + " |" for row in rows]
+    lines += ["| " + " | ".join(row.get(c, "-") for c in CELLS) + " |" for row in rows]
     if newer:
         lines += ["", "Newer releases on PyPI, **untested** (`doctor` warns on them): "
                   + ", ".join(newer)]
@@ -173,15 +174,17 @@ def _test_release(version: str, reports: Path, tests: list[str],
     junit.unlink(missing_ok=True)
     code, seconds = _run_release(version, junit, tests)
     cases = _cases(junit) if junit.exists() else []
-    row = dict(previous.get(version, {"release": version}))
+    whole = tests == ["tests"]
+    # a whole run writes the row anew (no cell from an earlier run, or a retired area, survives);
+    # a partial refresh keeps the cells of the areas it does not run
+    row = {"release": version} if whole else dict(previous.get(version, {"release": version}))
     for area, prefixes in AREAS.items():
         cell = _cell(cases, prefixes)
         if area == E2E and cell == "n/a (skipped)" and junit.exists():
             cell = f"n/a ({_skip_reason(junit, prefixes)})"
-        if cell != "no tests" or tests == ["tests"] or area not in row:
+        if cell != "no tests" or whole or area not in row:
             row[area] = cell
     row.update(collective_verdicts(version))
-    whole = tests == ["tests"]
     row["suite"] = "pass" if all(not str(row[a]).startswith("FAIL") for a in AREAS) and (
         code == 0 or not whole) else "FAIL"
     row["minutes"] = f"{seconds / 60:.1f}" if whole else row.get("minutes", "-")

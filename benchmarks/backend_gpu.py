@@ -35,8 +35,8 @@ import torch
 
 from benchmarks._format import run_facts
 from gpu import buffer_pool_graphs as harness  # blocks aiter first
+from sglang_aiter_plugin.selftest.reference import fill_paged_requests
 from testkit.sglang_setup import SCENARIOS, configure, write_model_dir
-from testkit.unified_kernel import fill_paged_requests
 
 ROOT = Path(__file__).resolve().parents[1]
 

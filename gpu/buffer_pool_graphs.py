@@ -47,20 +47,20 @@ _tolerate_transformers_reregistration()
 
 import torch  # noqa: E402
 
-from testkit.decode_batch import (  # noqa: E402
+from sglang_aiter_plugin.selftest.decode_batch import (  # noqa: E402
     Batch,
     DecodeBatch,
     draft_batch,
     draft_metadata,
 )
-from testkit.doubles import aiter_backend_imports  # noqa: E402
-from testkit.doubles import aiter_gpu_kernels as ref  # noqa: E402
-from testkit.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
-from testkit.unified_kernel import (  # noqa: E402
+from sglang_aiter_plugin.selftest.reference import (  # noqa: E402
     fill_paged_requests,
     make_layer,
     reference_rows,
 )
+from testkit.doubles import aiter_backend_imports  # noqa: E402
+from testkit.doubles import aiter_gpu_kernels as ref  # noqa: E402
+from testkit.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
 
 PAGE = 16
 MAX_LEN = int(os.environ.get("POOL_GPU_MAX_LEN", "600"))

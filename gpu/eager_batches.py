@@ -2,8 +2,8 @@
 
 sglang's own parser builds a DP-attention configuration (``--tp 4`` with two attention-DP ranks,
 attention-TP 2) with decode CUDA graphs disabled and a request pool P = 33. Each batch is made by
-sglang's real ``ForwardBatch.prepare_mlp_sync_batch`` (``testkit/mlp_sync.py``) and then goes
-through the backend's real ``init_forward_metadata`` and ``forward_decode``/``forward_extend``, as
+sglang's real ``ForwardBatch.prepare_mlp_sync_batch`` (``sglang_aiter_plugin/selftest/mlp_sync.py``)
+and then goes through the backend's real ``init_forward_metadata`` and ``forward_decode``/``forward_extend``, as
 sglang's eager forward runs it:
 
 * ``decode``: a full rank of P real requests; the padding makes it 34 rows;
@@ -28,11 +28,11 @@ from typing import Any
 import torch
 
 from gpu import buffer_pool_graphs as bpg  # makes aiter unimportable first
+from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced_batch
+from sglang_aiter_plugin.selftest.reference import fill_paged_requests, reference_rows
 from testkit.batch_paths import SCENARIOS, graphs_off
 from testkit.doubles import aiter_gpu_kernels as ref
-from testkit.mlp_sync import mlp_synced_batch
 from testkit.sglang_setup import configure, write_model_dir
-from testkit.unified_kernel import fill_paged_requests, reference_rows
 
 EXTEND = 3
 

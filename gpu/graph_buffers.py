@@ -49,14 +49,14 @@ def _tolerate_missing_sgl_kernel_ops() -> None:
 _tolerate_missing_sgl_kernel_ops()
 
 from gpu import buffer_pool_graphs as bpg  # noqa: E402  (blocks aiter first)
-from testkit.decode_batch import DecodeBatch  # noqa: E402
-from testkit.doubles.aiter_triton import MIN_TILE, tiles_of_at_least_16  # noqa: E402
-from testkit.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
-from testkit.unified_kernel import (  # noqa: E402
+from sglang_aiter_plugin.selftest.decode_batch import DecodeBatch  # noqa: E402
+from sglang_aiter_plugin.selftest.reference import (  # noqa: E402
     fill_paged_requests,
     make_layer,
     reference_rows,
 )
+from testkit.doubles.aiter_triton import MIN_TILE, tiles_of_at_least_16  # noqa: E402
+from testkit.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
 
 emit = bpg.emit
 TOLERANCE = 2e-2  # bf16

@@ -35,10 +35,10 @@ from typing import Any
 import torch
 
 from gpu import buffer_pool_graphs as bpg  # blocks aiter first
-from testkit.decode_batch import Batch
+from sglang_aiter_plugin.selftest.decode_batch import Batch
+from sglang_aiter_plugin.selftest.reference import fill_paged_requests, make_layer, reference_rows
 from testkit.doubles.aiter_triton import LoadedKernel, loaded, tree_at
 from testkit.sglang_setup import SCENARIOS, configure, write_model_dir
-from testkit.unified_kernel import fill_paged_requests, make_layer, reference_rows
 
 emit = bpg.emit
 DRAFT = 4

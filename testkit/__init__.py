@@ -2,8 +2,9 @@
 
 * :mod:`testkit.doubles` -- the test doubles, one module per thing that cannot exist without ROCm
   or a server;
-* :mod:`testkit.sglang_setup` -- a backend configured through sglang's own argument parsing;
-* :mod:`testkit.decode_batch` -- a decode batch and its metadata call, for CPU and GPU alike;
+* :mod:`testkit.sglang_setup` -- the self-test's sglang configuration
+  (:mod:`sglang_aiter_plugin.selftest`, which also holds the decode batches, the MLP-sync batches
+  and the torch references the tests use) with the import double it needs here;
 * :mod:`testkit.subproc` -- running a script as ``__main__`` in a fresh interpreter.
 
 Run the scripts from the repository root (``python -m benchmarks.startup``, or with the root on

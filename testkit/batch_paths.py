@@ -243,7 +243,7 @@ def check_metadata(backend: Any, fb: Any, path: str) -> tuple[str | None, list[s
 
 
 def run_case(case: Case, model_dir: Path) -> Outcome:
-    from testkit.mlp_sync import mlp_synced_batch
+    from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced_batch
 
     extra = () if case.graphs else graphs_off()
     setup = configure(model_dir, SCENARIOS[case.scenario], extra, pool=case.pool)

@@ -1,116 +1,22 @@
-"""sglang configured as in a scheduler: real parser, real publication, real capture sizes."""
+"""The self-test's sglang configuration (:mod:`sglang_aiter_plugin.selftest.sglang_setup`) with
+the one name sglang's aiter backend binds only beside aiter, for machines without it."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from packaging.version import Version
+from sglang_aiter_plugin.selftest import sglang_setup as _setup
+from sglang_aiter_plugin.selftest.sglang_setup import (
+    CAPTURE_LIST,
+    POOL,
+    SCENARIOS,
+    Scenario,
+    Setup,
+    write_model_dir,
+)
 
-__all__ = ["SCENARIOS", "Scenario", "Setup", "configure", "write_model_dir"]
-
-POOL = 33
-"""Request-pool size P: odd, so both alignments (2 and attn_tp_size 2) pad the graph max_bs."""
-
-CAPTURE_LIST = ("1", "2", "4", "8", "16", "24", "32", "48", "64")
-"""Decode graph sizes asked for; sglang filters them by the alignment and adds the padded P."""
-
-_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-    "num_hidden_layers": 2,
-    "max_position_embeddings": 2048,
-    "vocab_size": 1024,
-    "rms_norm_eps": 1e-6,
-    "torch_dtype": "bfloat16",
-}
-
-
-_DEEPSEEK_V2 = {
-    "architectures": ["DeepseekV2ForCausalLM"],
-    "model_type": "deepseek_v2",
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "moe_intermediate_size": 128,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 16,
-    "kv_lora_rank": 64,
-    "q_lora_rank": None,
-    "qk_nope_head_dim": 32,
-    "qk_rope_head_dim": 16,
-    "v_head_dim": 32,
-    "num_hidden_layers": 2,
-    "n_routed_experts": 4,
-    "num_experts_per_tok": 2,
-    "n_shared_experts": 1,
-    "first_k_dense_replace": 1,
-    "max_position_embeddings": 2048,
-    "vocab_size": 1024,
-    "rms_norm_eps": 1e-6,
-    "torch_dtype": "bfloat16",
-}
-
-
-def write_model_dir(root: Path, *, mla: bool = False) -> Path:
-    """A config-only model directory (no weights): enough for sglang's ``ModelConfig``.
-
-    ``mla``: a small DeepSeek-V2-shaped config (multi-head latent attention) instead of Llama.
-    """
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "config.json").write_text(json.dumps(_DEEPSEEK_V2 if mla else _LLAMA))
-    return root
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    new_flags: tuple[str, ...]
-    """Flags for 0.5.22+ (``--attn-dp-size``, which earlier parsers do not know)."""
-    old_flags: tuple[str, ...]
-    """Flags for older releases (``--dp-size`` with ``--enable-dp-attention``)."""
-    attn_tp_size: int
-
-
-SCENARIOS = {
-    "two-batch-overlap": Scenario(
-        "two-batch-overlap", ("--enable-two-batch-overlap",), ("--enable-two-batch-overlap",), 1
-    ),
-    "dp-attention": Scenario(
-        "dp-attention",
-        ("--tp", "4", "--attn-dp-size", "2"),
-        ("--tp", "4", "--dp-size", "2", "--enable-dp-attention"),
-        2,
-    ),
-    "plain": Scenario("plain", (), (), 1),
-}
-
-
-@dataclass
-class Setup:
-    server_args: Any
-    runner: Any
-    capture_bs: list[int]
-    scope: contextlib.ExitStack
-
-    @property
-    def max_bs(self) -> int:
-        return max(self.capture_bs)
-
-
-def _sglang_version() -> Version:
-    from sglang_aiter_plugin._sglang import installed_sglang_version
-
-    v = installed_sglang_version()
-    assert v is not None
-    return Version(v.base_version)
+__all__ = ["CAPTURE_LIST", "POOL", "SCENARIOS", "Scenario", "Setup", "configure",
+           "write_model_dir"]
 
 
 def configure(
@@ -121,84 +27,11 @@ def configure(
     device: str = "cpu",
     pool: int = POOL,
 ) -> Setup:
-    """Parse, publish and size as a scheduler would; return the runner double and capture sizes.
-    sglang's aiter backend module gets the name it binds only beside aiter (graph set-up runs its
-    metadata code)."""
+    """:func:`sglang_aiter_plugin.selftest.sglang_setup.configure`, after binding the name (graph
+    set-up runs the backend's metadata code)."""
     from sglang.srt.layers.attention import aiter_backend
-    from sglang.srt.server_args import prepare_server_args
 
     from testkit.doubles import aiter_backend_imports
-    from testkit.doubles.model_runner import build_model_runner
 
     aiter_backend_imports.install(aiter_backend)
-
-    new = _sglang_version() >= Version("0.5.17")  # runtime_context.publish
-    flags = scenario.new_flags if _sglang_version() >= Version("0.5.22") else scenario.old_flags
-    argv = [
-        "--model-path",
-        str(model_dir),
-        "--attention-backend",
-        "aiter",
-        "--cuda-graph-bs-decode" if _sglang_version() >= Version("0.5.15") else "--cuda-graph-bs",
-        *CAPTURE_LIST,
-        "--skip-server-warmup",
-        "--device",
-        device,
-        *flags,
-        *extra,
-    ]
-    server_args = prepare_server_args(argv)
-    scope = contextlib.ExitStack()
-    _publish(server_args, scenario, new, scope)
-    runner = build_model_runner(server_args, pool, device, attn_tp_size=scenario.attn_tp_size)
-    return Setup(server_args, runner, _capture_bs(runner), scope)
-
-
-def _publish(server_args: Any, scenario: Scenario, new: bool, scope: contextlib.ExitStack) -> None:
-    """Publish ``server_args`` and the parallel sizes one rank of ``scenario`` would see."""
-    try:
-        from sglang.srt import runtime_context
-    except ImportError:  # 0.5.11-0.5.13: module globals of dp_attention, no runtime context
-        _publish_legacy(server_args, scenario, scope)
-        return
-    if new:
-        runtime_context.publish(server_args, role="scheduler")
-    else:
-        from sglang.srt.server_args import set_global_server_args_for_scheduler
-
-        set_global_server_args_for_scheduler(server_args)
-    # No distributed groups exist here: say what a rank of this configuration would see.
-    scope.enter_context(
-        runtime_context.get_parallel().override(
-            attn_tp_size=scenario.attn_tp_size,
-            attn_tp_rank=0,
-            attn_cp_size=1,
-            attn_dp_size=2 if scenario.attn_tp_size > 1 else 1,
-        )
-    )
-
-
-def _publish_legacy(server_args: Any, scenario: Scenario, scope: contextlib.ExitStack) -> None:
-    from unittest import mock
-
-    from sglang.srt.layers import dp_attention
-    from sglang.srt.server_args import set_global_server_args_for_scheduler
-
-    set_global_server_args_for_scheduler(server_args)
-    sizes = {
-        "get_attn_tensor_model_parallel_world_size": scenario.attn_tp_size,
-        "get_attn_context_model_parallel_world_size": 1,
-    }
-    for name, size in sizes.items():
-        scope.enter_context(mock.patch.object(dp_attention, name, lambda size=size: size))
-
-
-def _capture_bs(runner: Any) -> list[int]:
-    try:
-        from sglang.srt.model_executor.runner.base_cuda_graph_runner import (
-            get_batch_sizes_to_capture,
-        )
-    except ImportError:  # 0.5.13 and older
-        from sglang.srt.model_executor.cuda_graph_runner import get_batch_sizes_to_capture
-    capture_bs, _ = get_batch_sizes_to_capture(runner)
-    return list(capture_bs)
+    return _setup.configure(model_dir, scenario, extra, device=device, pool=pool)

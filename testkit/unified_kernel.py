@@ -1,9 +1,8 @@
 """aiter's real ``unified_attention`` behind sglang's backend, watched from outside the kernel.
 
-Shared by the CPU tests (Triton interpreted) and ``gpu/buffer_pool_graphs.py``:
+The KV and the torch reference come from the package's self-test
+(:mod:`sglang_aiter_plugin.selftest.reference`); here, for the CPU tests (Triton interpreted):
 
-* :func:`fill_paged_requests` gives every request page-aligned KV locations and random KV;
-* :func:`reference_rows` is plain torch attention over the request table, to check real rows;
 * :class:`SentinelKernel` stands between sglang and the kernel on CPU. It copies the
   ``cu_seqlens_q`` each call was handed into a buffer one entry longer and calls the kernel with
   the handed-length view of it (the same values, the same length) twice, with two *sentinels* in
@@ -18,57 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-__all__ = ["KernelCall", "SentinelKernel", "fill_paged_requests", "make_layer", "reference_rows"]
-
-
-def fill_paged_requests(runner: Any, pool: int, page: int, seed: int) -> None:
-    """Page-aligned KV locations per request (as a paged allocator hands out) and random KV."""
-    gen = torch.Generator().manual_seed(seed)
-    table = runner.req_to_token_pool.req_to_token
-    width = table.shape[1]
-    pages_per_req = (width + page - 1) // page
-    total_pages = runner.token_to_kv_pool.size // page - 1
-    for r in range(pool):
-        pages = torch.randint(1, total_pages, (pages_per_req,), generator=gen)
-        locs = (pages[:, None] * page + torch.arange(page)[None, :]).reshape(-1)[:width]
-        table[r] = locs.to(table.dtype).to(table.device)
-    k, v = runner.token_to_kv_pool.get_kv_buffer(0)
-    k.copy_(torch.randn(k.shape, generator=gen).to(k.dtype))
-    v.copy_(torch.randn(v.shape, generator=gen).to(v.dtype))
-
-
-def reference_rows(
-    runner: Any, q: torch.Tensor, reqs: list[int], visible: list[int]
-) -> torch.Tensor:
-    """Row ``i`` of ``q`` ([rows, heads, dim]) attends to the first ``visible[i]`` tokens of
-    request ``reqs[i]`` (fp32 torch, grouped-query heads repeated)."""
-    k, v = runner.token_to_kv_pool.get_kv_buffer(0)
-    table = runner.req_to_token_pool.req_to_token
-    heads, hkv, dim = q.shape[1], k.shape[1], q.shape[2]
-    outs = []
-    for i, (r, n) in enumerate(zip(reqs, visible, strict=True)):
-        locs = table[r, :n].long()
-        kk = k[locs].float().repeat_interleave(heads // hkv, dim=1)
-        vv = v[locs].float().repeat_interleave(heads // hkv, dim=1)
-        w = torch.softmax(torch.einsum("hd,nhd->hn", q[i].float(), kk) * dim**-0.5, dim=-1)
-        outs.append(torch.einsum("hn,nhd->hd", w, vv))
-    return torch.stack(outs)
-
-
-def make_layer(backend: Any) -> SimpleNamespace:
-    """The ``RadixAttention`` fields the aiter backend reads for one full-attention layer 0."""
-    return SimpleNamespace(
-        tp_q_head_num=backend.num_head, tp_k_head_num=backend.num_kv_head,
-        tp_v_head_num=backend.num_kv_head, qk_head_dim=backend.head_dim,
-        v_head_dim=backend.head_dim, head_dim=backend.head_dim, layer_id=0, logit_cap=0.0,
-        scaling=backend.head_dim**-0.5, sliding_window_size=None, k_scale=None, v_scale=None,
-        is_cross_attention=False,
-    )
+__all__ = ["KernelCall", "SentinelKernel"]
 
 
 @dataclasses.dataclass

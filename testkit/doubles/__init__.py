@@ -24,7 +24,6 @@ DOUBLES: dict[str, str] = {
     "it is asked (CPU)",
     "future_collectives": "collective methods as a future sglang might write them (honouring "
     "every switch, with a changed signature, or calling aiter's further fused collectives)",
-    "model_runner": "the model-runner attributes a backend reads (pools, sizes, device)",
     "reducing_communicator": "aiter's communicator doing real collectives on the stream (GPU)",
     "rocm_platform": "the ROCm host itself (sglang's platform answers, not torch's)",
     "server_plugin": "a test-only sglang plugin installing the server doubles in every process "

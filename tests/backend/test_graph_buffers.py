@@ -206,7 +206,7 @@ import torch
 from sglang.srt.layers.attention import aiter_backend
 from testkit.doubles import aiter_backend_imports
 from testkit.batch_paths import SCENARIOS, build_backend, graph_max
-from testkit.decode_batch import DecodeBatch
+from sglang_aiter_plugin.selftest.decode_batch import DecodeBatch
 from testkit.sglang_setup import configure, write_model_dir
 from tests.compat.buffer_widths import _fill_table, _guard
 from pathlib import Path
@@ -284,7 +284,7 @@ import torch
 from sglang.srt.layers.attention import aiter_backend
 from testkit.doubles import aiter_backend_imports
 from testkit.batch_paths import SCENARIOS, graph_max
-from testkit.decode_batch import draft_batch, draft_metadata
+from sglang_aiter_plugin.selftest.decode_batch import draft_batch, draft_metadata
 from testkit.sglang_setup import configure, write_model_dir
 from tests.compat.buffer_widths import _fill_table, _guard
 from sglang_aiter_plugin.backend.classes import AiterExtMultiStepDraftBackend

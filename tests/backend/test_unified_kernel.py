@@ -47,11 +47,10 @@ def test_loading_the_kernel_leaves_sys_modules_and_triton_as_they_were() -> None
 SCRIPT = """
 import os, pathlib, tempfile, torch
 os.environ["SGLANG_USE_AITER_UNIFIED_ATTN"] = "1"
-from testkit.decode_batch import Batch, DecodeBatch
+from sglang_aiter_plugin.selftest.decode_batch import Batch, DecodeBatch
 from testkit.sglang_setup import SCENARIOS, POOL, configure, write_model_dir
-from testkit.unified_kernel import (
-    SentinelKernel, fill_paged_requests, make_layer, reference_rows,
-)
+from sglang_aiter_plugin.selftest.reference import fill_paged_requests, make_layer, reference_rows
+from testkit.unified_kernel import SentinelKernel
 from testkit.doubles import aiter_backend_imports
 from testkit.doubles.aiter_triton import installed_tree, loaded
 from sglang.srt.layers.attention import aiter_backend

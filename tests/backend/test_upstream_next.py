@@ -33,7 +33,7 @@ def _wrong_rows_after_replay(backend: Any, setup: Setup, bs: int) -> list[int]:
     """Capture then replay a decode graph batch of ``bs`` rows (request slot ``i``, ``5 + i``
     tokens, the KV locations of ``tests.compat.buffer_widths._fill_table``); the rows whose
     indices, as the kernel is handed them, differ from their ``req_to_token`` row."""
-    from testkit.decode_batch import DecodeBatch
+    from sglang_aiter_plugin.selftest.decode_batch import DecodeBatch
     from tests.compat.buffer_widths import _fill_table
 
     table = _fill_table(setup.runner)
@@ -157,8 +157,8 @@ def test_a_workspace_helper_that_takes_other_arguments_stops_construction_by_nam
 STATIC = """
 import torch
 from testkit.batch_paths import SCENARIOS, check_metadata, graph_max
-from testkit.decode_batch import draft_batch, draft_metadata
-from testkit.mlp_sync import mlp_synced_batch
+from sglang_aiter_plugin.selftest.decode_batch import draft_batch, draft_metadata
+from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced_batch
 from testkit.plugin_state import fills_page_table, pool_frozen
 from testkit.sglang_setup import configure, write_model_dir
 from testkit.upstream_next import init_backends, static_metadata_buffers

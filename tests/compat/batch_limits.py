@@ -43,8 +43,8 @@ def _graph_outcome(kind: str, setup: Any, path: str) -> str:
     import torch
 
     from sglang_aiter_plugin.backend.buffers import workspace_bytes_per_row
+    from sglang_aiter_plugin.selftest.decode_batch import DecodeBatch
     from testkit.batch_paths import build_backend, graph_max
-    from testkit.decode_batch import DecodeBatch
 
     bs = graph_max(setup)
     backend = build_backend(kind, setup, path, graphs=True)
@@ -83,8 +83,8 @@ def _draft_outcome(kind: str, setup: Any) -> str:
     from sglang.srt.layers.attention.aiter_backend import AiterMultiStepDraftBackend
 
     from sglang_aiter_plugin.backend.classes import AiterExtMultiStepDraftBackend
+    from sglang_aiter_plugin.selftest.decode_batch import draft_batch, draft_metadata
     from testkit.batch_paths import graph_max
-    from testkit.decode_batch import draft_batch, draft_metadata
 
     cls = AiterExtMultiStepDraftBackend if kind == "aiter-ext" else AiterMultiStepDraftBackend
     bs = graph_max(setup)
@@ -118,8 +118,8 @@ def _draft_outcome(kind: str, setup: Any) -> str:
 
 
 def _eager(kind: str, setup: Any, path: str, mode: str, rows: int, other: int) -> tuple[int, str]:
+    from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced_batch
     from testkit.batch_paths import build_backend, check_metadata
-    from testkit.mlp_sync import mlp_synced_batch
 
     backend = build_backend(kind, setup, path, graphs=False)
     fb = mlp_synced_batch(setup, backend, mode, rows, [other])

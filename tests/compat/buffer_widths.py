@@ -118,8 +118,8 @@ def _decode_row(kind: str, setup: Any, path: str, page: int, mla: bool = False) 
     """Capture then replay one decode graph batch at full context; measure every buffer read."""
     import torch
 
+    from sglang_aiter_plugin.selftest.decode_batch import DecodeBatch
     from testkit.batch_paths import build_backend, graph_max
-    from testkit.decode_batch import DecodeBatch
 
     bs = graph_max(setup)
     backend = build_backend(kind, setup, path, graphs=True)

@@ -1,4 +1,5 @@
 """Batches as sglang's own MLP-sync padding hands them to the attention backend, eagerly.
+Importing this module imports neither torch nor sglang.
 
 With DP attention (and whenever sglang needs a gathered buffer) every scheduler step goes through
 ``ForwardBatch.prepare_mlp_sync_batch`` before the eager forward: each rank's token count is
@@ -17,13 +18,15 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from unittest import mock
 
-import torch
-
 from sglang_aiter_plugin._rebind import rebound
-from testkit.sglang_setup import Setup
+
+if TYPE_CHECKING:
+    import torch
+
+    from sglang_aiter_plugin.selftest.sglang_setup import Setup
 
 __all__ = ["SEQ_LEN", "mlp_synced_batch", "plain_batch"]
 
@@ -46,6 +49,7 @@ def plain_batch(
     rows add ``extend_len`` new tokens to a prefix of :data:`SEQ_LEN` - ``extend_len``. ``lens``
     gives each request its own length instead (at least ``extend_len`` for extend rows).
     """
+    import torch
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
     forward_mode = {
@@ -106,6 +110,8 @@ def mlp_synced_batch(
     (one entry per rank). ``backend`` is what the model runner would hold as ``attn_backend``
     (sglang reads its padding fill value from it). ``lens``: as for :func:`plain_batch`.
     """
+    import torch
+
     from sglang_aiter_plugin.backend.capacity import requires_mlp_sync
 
     fb = plain_batch(mode, rows, device, lens=lens)
@@ -132,7 +138,7 @@ def mlp_synced_batch(
     with _one_rank_of(setup, len(counts)):
         method = type(fb).prepare_mlp_sync_batch
         if not torch.cuda.is_available():
-            method = rebound(method, {"torch": _UNPINNED_TORCH})
+            method = rebound(method, {"torch": _UnpinnedTorch()})
         method(fb, runner)
     return fb
 
@@ -141,19 +147,21 @@ class _UnpinnedTorch:
     """``torch`` as sglang's method sees it on a machine without CUDA: page-locking is a no-op."""
 
     def __getattr__(self, name: str) -> Any:
+        import torch
+
         return getattr(torch, name)
 
     @staticmethod
     def tensor(*args: Any, pin_memory: bool = False, **kw: Any) -> torch.Tensor:
+        import torch
+
         return torch.tensor(*args, **kw)
-
-
-_UNPINNED_TORCH = _UnpinnedTorch()
 
 
 @contextlib.contextmanager
 def _one_rank_of(setup: Setup, ranks: int) -> Iterator[None]:
     """State rank 0 of ``ranks`` DP ranks where sglang reads it (no process groups exist)."""
+    import torch
     from sglang.srt.layers import dp_attention
 
     with contextlib.ExitStack() as scope:

@@ -1,4 +1,4 @@
-"""Double for sglang's ``ModelRunner``: only the attributes an attention backend reads.
+"""A stand-in for sglang's ``ModelRunner``: only the attributes an attention backend reads.
 
 Everything it holds is real sglang: the ``ServerArgs`` from sglang's own parser, the
 ``ModelConfig`` read from a config-only model directory, ``ReqToTokenPool``, the KV pool and the
@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-__all__ = ["ModelRunnerDouble", "build_model_runner"]
+__all__ = ["ModelRunnerStandIn", "build_model_runner"]
 
 
 @dataclass
-class ModelRunnerDouble:
+class ModelRunnerStandIn:
     server_args: Any
     model_config: Any
     req_to_token_pool: Any
@@ -44,8 +45,8 @@ def _kwargs_for(cls: Any, **candidates: Any) -> dict[str, Any]:
 
 def build_model_runner(
     server_args: Any, pool_size: int, device: str = "cpu", *, attn_tp_size: int = 1
-) -> ModelRunnerDouble:
-    """A runner double over real sglang pools of ``pool_size`` requests for ``server_args``.
+) -> ModelRunnerStandIn:
+    """A runner stand-in over real sglang pools of ``pool_size`` requests for ``server_args``.
 
     ``attn_tp_size``: the attention-TP size of the rank; its KV pool holds that rank's share of
     the KV heads, as sglang's model runner sizes it.
@@ -116,7 +117,7 @@ def build_model_runner(
             need_sort=False,
         )
     )
-    runner = ModelRunnerDouble(
+    runner = ModelRunnerStandIn(
         server_args=server_args,
         model_config=model_config,
         req_to_token_pool=req_pool,

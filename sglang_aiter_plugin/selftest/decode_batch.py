@@ -1,16 +1,17 @@
 """A decode batch as sglang's CUDA-graph runner hands it to a backend's metadata calls.
 
-Shared by the CPU tests (with Triton interpreted) and ``gpu/buffer_pool_graphs.py``: the static
-inputs of one captured batch size, and the metadata call of whichever interface the installed
-sglang has (0.5.18+: ``init_forward_metadata_out_graph``; older: capture/replay methods).
+The static inputs of one captured batch size, and the metadata call of whichever interface the
+installed sglang has (0.5.18+: ``init_forward_metadata_out_graph``; older: capture/replay
+methods). Importing this module imports neither torch nor sglang.
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Batch", "DecodeBatch", "draft_batch", "draft_metadata"]
 
@@ -31,6 +32,7 @@ class DecodeBatch:
     """Static inputs of one captured batch size, updated in place before each replay."""
 
     def __init__(self, backend: Any, bs: int, device: str) -> None:
+        import torch
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
         self.backend, self.bs = backend, bs
@@ -46,6 +48,8 @@ class DecodeBatch:
         )
 
     def set(self, reqs: list[int], lens: list[int], q: torch.Tensor) -> None:
+        import torch
+
         fill = self.backend.get_cuda_graph_seq_len_fill_value()
         pad = self.bs - len(reqs)
         self.req_pool_indices.copy_(torch.tensor(reqs + [0] * pad))
@@ -78,6 +82,8 @@ class DecodeBatch:
     def capture(self, layer: Any) -> tuple[Any, torch.Tensor]:
         """As sglang's graph runner does: the capture metadata, a warm-up forward, then the
         forward captured in a CUDA graph. Returns the graph and its output tensor."""
+        import torch
+
         self.metadata(in_capture=True)
         self.forward(layer)
         torch.cuda.synchronize()
@@ -102,6 +108,7 @@ class DecodeBatch:
 def draft_batch(runner: Any, bs: int, device: str, seq_len: int = 9) -> Batch:
     """What the EAGLE draft graph runner hands the multi-step draft wrapper for ``bs`` sequences
     of ``seq_len`` tokens each (all in request slot 0)."""
+    import torch
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
     seq = torch.full((bs,), seq_len, device=device)

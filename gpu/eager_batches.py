@@ -3,8 +3,8 @@
 sglang's own parser builds a DP-attention configuration (``--tp 4`` with two attention-DP ranks,
 attention-TP 2) with decode CUDA graphs disabled and a request pool P = 33. Each batch is made by
 sglang's real ``ForwardBatch.prepare_mlp_sync_batch`` (``sglang_aiter_plugin/selftest/mlp_sync.py``)
-and then goes through the backend's real ``init_forward_metadata`` and ``forward_decode``/``forward_extend``, as
-sglang's eager forward runs it:
+and then goes through the backend's real ``init_forward_metadata`` and
+``forward_decode``/``forward_extend``, as sglang's eager forward runs it:
 
 * ``decode``: a full rank of P real requests; the padding makes it 34 rows;
 * ``idle``: an idle rank beside a full one; the padding makes it 34 padding rows;

@@ -30,7 +30,8 @@ import torch
 from gpu import buffer_pool_graphs as bpg  # makes aiter unimportable first
 from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced_batch
 from sglang_aiter_plugin.selftest.reference import fill_paged_requests, reference_rows
-from testkit.batch_paths import SCENARIOS, graphs_off
+from sglang_aiter_plugin.selftest.sglang_setup import graphs_off
+from testkit.batch_paths import SCENARIOS
 from testkit.doubles import aiter_gpu_kernels as ref
 from testkit.sglang_setup import configure, write_model_dir
 

@@ -1,4 +1,5 @@
-"""Command line: ``sglang-aiter-plugin doctor [--json] [--attention-backend NAME]``."""
+"""Command line: ``sglang-aiter-plugin doctor [--json] [--attention-backend NAME]`` and
+``sglang-aiter-plugin selftest [--device DEV] [--only CASE] [--json] ...``."""
 
 from __future__ import annotations
 
@@ -23,7 +24,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.add_argument("--attention-backend", metavar="NAME", help=(
         "the backend you will launch with; with aiter-ext, a missing aiter is an error"))
+    selftest = sub.add_parser("selftest", help=(
+        "run aiter-ext and upstream aiter on this GPU, case by case, against a torch reference "
+        "(run it on a GPU that is not serving)"))
+    selftest.add_argument("--device", default="cuda", help=(
+        "the GPU to use (torch's name: cuda, cuda:1; HIP devices are called cuda too); cpu runs "
+        "the eager and metadata cases only (default: cuda)"))
+    selftest.add_argument("--only", metavar="CASE", action="append", default=[], help=(
+        "run only this case (repeatable); --list shows the cases"))
+    selftest.add_argument("--list", action="store_true", help="list the cases and exit")
+    selftest.add_argument("--json", action="store_true", help="machine-readable output")
+    selftest.add_argument("--upstream-unsafe", action="store_true", help=(
+        "also run upstream's batches that its buffers cannot hold (they read or write past them: "
+        "a memory fault or corruption in that child process)"))
+    selftest.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                          help="per child process (default: 300)")
+    selftest.add_argument("--jobs", type=int, default=2, help=(
+        "child processes at a time (default: 2)"))
+    selftest.add_argument("--max-gpu-memory", type=int, default=4096, metavar="MIB", help=(
+        "GPU memory each child may allocate through torch (default: 4096)"))
     args = parser.parse_args(argv)
+    if args.command == "selftest":
+        return _selftest(args)
 
     try:
         from sglang_aiter_plugin import _doctor
@@ -36,6 +58,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = _doctor.collect(selected_backend=args.attention_backend)
     print(_doctor.render_json(report) if args.json else _doctor.render_table(report))
     return report.exit_code
+
+
+def _selftest(args: argparse.Namespace) -> int:
+    from sglang_aiter_plugin.selftest import report
+    from sglang_aiter_plugin.selftest.cases import CASES, UnknownCaseError, by_name
+    from sglang_aiter_plugin.selftest.run import Options, selftest
+
+    if args.list:
+        for case in CASES:
+            print(f"{case.name:<24}{case.describe()}")
+        return 0
+    try:
+        by_name(args.only)
+    except UnknownCaseError as exc:
+        print(f"sglang-aiter-plugin selftest: {exc}", file=sys.stderr)
+        return 2
+    if args.jobs < 1 or args.timeout <= 0 or args.max_gpu_memory < 1:
+        print("sglang-aiter-plugin selftest: --jobs, --timeout and --max-gpu-memory must be "
+              "positive", file=sys.stderr)
+        return 2
+    run = selftest(Options(device=args.device, only=tuple(args.only),
+                           unsafe=args.upstream_unsafe, timeout=args.timeout, jobs=args.jobs,
+                           gpu_mib=args.max_gpu_memory))
+    print(report.as_json(run) if args.json else report.as_text(run))
+    return run.exit_code
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from sglang_aiter_plugin.selftest.sglang_setup import graphs_off
 from testkit.sglang_setup import Scenario, Setup, configure, write_model_dir
 
 __all__ = [
@@ -69,18 +70,6 @@ PATHS = ("ragged", "unified")
 """Decode paths of the MHA backend: aiter's ragged paged decode, or the unified kernel
 (``SGLANG_USE_AITER_UNIFIED_ATTN=1``)."""
 
-
-
-def graphs_off() -> tuple[str, ...]:
-    """The flags that turn decode CUDA graphs off on the installed release."""
-    from packaging.version import Version
-
-    from sglang_aiter_plugin._sglang import installed_sglang_version
-
-    release = installed_sglang_version()
-    if release is not None and Version(release.base_version) >= Version("0.5.23"):
-        return ("--cuda-graph-backend-decode", "disabled")
-    return ("--disable-cuda-graph",)
 
 
 @dataclass(frozen=True)

@@ -31,15 +31,16 @@ class Batch(SimpleNamespace):
 class DecodeBatch:
     """Static inputs of one captured batch size, updated in place before each replay."""
 
-    def __init__(self, backend: Any, bs: int, device: str) -> None:
+    def __init__(self, backend: Any, bs: int, device: str, q_width: int | None = None) -> None:
+        """``q_width``: query entries per row (default ``num_head * head_dim``; MLA's differ)."""
         import torch
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
         self.backend, self.bs = backend, bs
         self.req_pool_indices = torch.zeros(bs, dtype=torch.int64, device=device)
         self.seq_lens = torch.ones(bs, dtype=torch.int64, device=device)
-        self.q = torch.zeros(bs, backend.num_head * backend.head_dim, dtype=backend.input_dtype,
-                             device=device)
+        width = q_width if q_width is not None else backend.num_head * backend.head_dim
+        self.q = torch.zeros(bs, width, dtype=backend.input_dtype, device=device)
         self.fb = Batch(
             batch_size=bs, req_pool_indices=self.req_pool_indices, seq_lens=self.seq_lens,
             seq_lens_cpu=self.seq_lens.cpu(), seq_lens_sum=bs, forward_mode=ForwardMode.DECODE,

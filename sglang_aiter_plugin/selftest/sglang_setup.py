@@ -16,7 +16,7 @@ from typing import Any
 
 from packaging.version import Version
 
-__all__ = ["SCENARIOS", "Scenario", "Setup", "configure", "write_model_dir"]
+__all__ = ["SCENARIOS", "Scenario", "Setup", "configure", "graphs_off", "write_model_dir"]
 
 POOL = 33
 """Request-pool size P: odd, so both alignments (2 and attn_tp_size 2) pad the graph max_bs."""
@@ -65,13 +65,29 @@ _DEEPSEEK_V2 = {
 }
 
 
-def write_model_dir(root: Path, *, mla: bool = False) -> Path:
+_AITER_MLA_DIMS = {
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+}
+"""DeepSeek-V2/V3's attention dimensions, the ones aiter's MLA decode kernels are built for
+(a latent of 512 + 64 per token, 16 query heads per rank)."""
+
+
+def write_model_dir(root: Path, *, mla: bool = False, aiter_mla_dims: bool = False) -> Path:
     """A config-only model directory (no weights): enough for sglang's ``ModelConfig``.
 
-    ``mla``: a small DeepSeek-V2-shaped config (multi-head latent attention) instead of Llama.
+    ``mla``: a small DeepSeek-V2-shaped config (multi-head latent attention) instead of Llama;
+    ``aiter_mla_dims``: with it, the attention dimensions aiter's MLA kernels take.
     """
     root.mkdir(parents=True, exist_ok=True)
-    (root / "config.json").write_text(json.dumps(_DEEPSEEK_V2 if mla else _LLAMA))
+    config = dict(_LLAMA)
+    if mla:
+        config = {**_DEEPSEEK_V2, **(_AITER_MLA_DIMS if aiter_mla_dims else {})}
+    (root / "config.json").write_text(json.dumps(config))
     return root
 
 
@@ -192,6 +208,16 @@ def _publish_legacy(server_args: Any, scenario: Scenario, scope: contextlib.Exit
     }
     for name, size in sizes.items():
         scope.enter_context(mock.patch.object(dp_attention, name, lambda size=size: size))
+
+
+def graphs_off() -> tuple[str, ...]:
+    """The flags that turn decode CUDA graphs off on the installed release."""
+    from sglang_aiter_plugin._sglang import installed_sglang_version
+
+    release = installed_sglang_version()
+    if release is not None and Version(release.base_version) >= Version("0.5.23"):
+        return ("--cuda-graph-backend-decode", "disabled")
+    return ("--disable-cuda-graph",)
 
 
 def _capture_bs(runner: Any) -> list[int]:

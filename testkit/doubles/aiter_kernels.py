@@ -7,7 +7,8 @@ real package cannot import, so :func:`install` puts a stand-in package in ``sys.
 
 * ``paged_attention_ragged`` (decode) and ``mha_batch_prefill_func`` (extend): plain float32
   torch attention with aiter's per-row contract -- decode row ``s`` reads ``kv_indptr[s]`` and
-  ``kv_indptr[s + 1]`` and its KV slots from ``kv_page_indices`` (page size 1), for
+  ``kv_indptr[s + 1]``, its pages from ``kv_page_indices`` and, for pages of several tokens,
+  ``kv_last_page_lens[s]``, for
   ``query.size(0)`` rows; extend row block ``b`` reads ``cu_seqlens_q[b:b + 2]`` and
   ``kv_indptr[b:b + 2]``, causally;
 * ``unified_attention``: aiter's real Triton kernel (:mod:`testkit.doubles.aiter_triton`, under
@@ -85,8 +86,6 @@ def paged_attention_ragged(
     max_num_partitions: int, *args: Any, **kwargs: Any,
 ) -> None:
     num_seqs = query.shape[0]
-    if block_size != 1:
-        raise NotImplementedError(f"aiter kernel double: page size {block_size} (only 1)")
     if kv_indptr.numel() < num_seqs + 1:
         raise RuntimeError(f"aiter kernel double: kv_indptr holds {kv_indptr.numel()} entries; "
                            f"a batch of {num_seqs} rows reads {num_seqs + 1}")
@@ -97,12 +96,26 @@ def paged_attention_ragged(
     k_all, v_all = _tokens(key_cache), _tokens(value_cache)
     bounds = kv_indptr[: num_seqs + 1].tolist()
     for s in range(num_seqs):
-        slots = kv_page_indices[bounds[s]:bounds[s + 1]].long()
+        slots = _slots(kv_page_indices[bounds[s]:bounds[s + 1]].long(), block_size,
+                       kv_last_page_lens, s)
         if wrong and slots.numel() > 1:
             slots = slots.clone()
             slots[0] = slots[1]
         o = _attend(query[s:s + 1], k_all[slots], v_all[slots], float(scale), None)
         out[s].copy_(o[0].to(out.dtype))
+
+
+def _slots(pages: torch.Tensor, block_size: int, last_page_lens: torch.Tensor | None,
+           s: int) -> torch.Tensor:
+    """Sequence ``s``'s KV slots: its pages' tokens, the last page holding
+    ``last_page_lens[s]`` of them (aiter reads that entry only when pages hold several tokens)."""
+    if block_size == 1:
+        return pages
+    if last_page_lens is None or last_page_lens.numel() <= s:
+        raise RuntimeError(f"aiter kernel double: row {s} reads kv_last_page_lens[{s}], which "
+                           "the batch does not have")
+    tokens = (pages[:, None] * block_size + torch.arange(block_size)[None, :]).reshape(-1)
+    return tokens[: (pages.numel() - 1) * block_size + int(last_page_lens[s])]
 
 
 def _control_on() -> bool:

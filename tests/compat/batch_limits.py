@@ -136,7 +136,8 @@ def measure(model_dir: Path) -> list[dict[str, Any]]:
     from sglang.srt.layers.attention import aiter_backend
 
     from sglang_aiter_plugin.backend.capacity import capacity_of, requires_mlp_sync
-    from testkit.batch_paths import SCENARIOS, eager_runner_max, graph_max, graphs_off
+    from sglang_aiter_plugin.selftest.sglang_setup import graphs_off
+    from testkit.batch_paths import SCENARIOS, eager_runner_max, graph_max
     from testkit.doubles import aiter_backend_imports
     from testkit.sglang_setup import configure
 

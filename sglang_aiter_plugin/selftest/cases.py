@@ -1,0 +1,70 @@
+"""The self-test's cases: one decode path, page size and form each, run for upstream ``aiter`` and
+for ``aiter-ext`` alike. Data only; :mod:`.checks` runs a case in a child process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sglang_aiter_plugin._errors import AiterExtError
+
+__all__ = ["CASES", "FORMS", "KINDS", "Case", "UnknownCaseError", "by_name"]
+
+KINDS = ("upstream", "aiter-ext")
+"""The two backends each case builds: sglang's ``AiterAttnBackend`` and the plugin's."""
+
+FORMS = {
+    "graphs": "decode CUDA/HIP graphs captured at every size sglang captures (below and above the "
+              "request pool P), replayed with real requests",
+    "eager": "one eager decode batch as DP attention's MLP sync pads it above P (graphs off)",
+    "metadata": "the CUDA-graph metadata of every captured size, written by sglang's own kernels "
+                "(no attention kernel runs)",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    path: str
+    """``ragged`` (aiter's paged decode), ``unified`` (``SGLANG_USE_AITER_UNIFIED_ATTN=1``),
+    ``mla`` (multi-head latent attention) or ``draft`` (the EAGLE multi-step draft wrapper)."""
+    page: int
+    form: str
+    """A key of :data:`FORMS`."""
+
+    @property
+    def needs_gpu(self) -> bool:
+        """Only graph capture needs a GPU; the other forms also run on ``--device cpu``."""
+        return self.form == "graphs"
+
+    def describe(self) -> str:
+        what = {"ragged": "ragged paged decode", "unified": "unified page-table decode",
+                "mla": "MLA decode", "draft": "EAGLE draft wrapper, per-step kv_indptr"}[self.path]
+        return f"{what}, page size {self.page}: {FORMS[self.form]}"
+
+
+CASES: tuple[Case, ...] = (
+    Case("ragged-page1-graphs", "ragged", 1, "graphs"),
+    Case("ragged-page16-graphs", "ragged", 16, "graphs"),
+    Case("unified-page1-graphs", "unified", 1, "graphs"),
+    Case("mla-graphs", "mla", 1, "graphs"),
+    Case("draft-metadata", "draft", 1, "metadata"),
+    Case("ragged-page1-eager", "ragged", 1, "eager"),
+    Case("ragged-page16-eager", "ragged", 16, "eager"),
+    Case("unified-page1-eager", "unified", 1, "eager"),
+    Case("mla-eager", "mla", 1, "eager"),
+)
+
+
+class UnknownCaseError(AiterExtError, ValueError):
+    """``--only`` named a case the self-test does not have."""
+
+
+def by_name(names: list[str]) -> list[Case]:
+    """The cases named (in the table's order); an unknown name raises :class:`UnknownCaseError`
+    naming the known ones."""
+    known = {c.name: c for c in CASES}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UnknownCaseError(
+            f"unknown case {', '.join(unknown)}; the cases are {', '.join(known)}")
+    return [c for c in CASES if c.name in names]

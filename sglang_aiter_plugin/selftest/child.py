@@ -1,0 +1,142 @@
+"""The process one self-test step runs in: ``python -m sglang_aiter_plugin.selftest.child SPEC``.
+
+``SPEC`` is JSON: ``{"probe": true, "device": ...}`` asks what this host is (versions, the GPU,
+whether ``aiter-ext`` can run: the backend's own host checks); ``{"case": NAME, "kind": KIND,
+"device": ..., "unsafe": bool, "gpu_mib": N}`` runs one case for one backend. Either way the
+process first runs sglang's own plugin loader, as every sglang process does, and ends by
+printing one line, :data:`MARK` followed by the result as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["MARK", "main"]
+
+MARK = "SELFTEST-RESULT "
+
+
+def main(argv: Sequence[str]) -> int:
+    spec = json.loads(argv[0])
+    loaded = _load_plugins()
+    if spec.get("probe"):
+        result = _probe(spec["device"], loaded)
+    else:
+        result = _case(spec)
+    print(MARK + json.dumps(result), flush=True)
+    return 0
+
+
+def _load_plugins() -> str | None:
+    """Run sglang's plugin loader; ``None``, or why it failed."""
+    try:
+        from sglang.srt.plugins import load_plugins
+
+        load_plugins()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _case(spec: dict[str, Any]) -> dict[str, Any]:
+    from sglang_aiter_plugin.selftest.cases import by_name
+    from sglang_aiter_plugin.selftest.checks import gpu_memory_bound, peak_gpu_mib, run
+
+    (case,) = by_name([spec["case"]])
+    device = spec["device"]
+    with gpu_memory_bound(device, int(spec["gpu_mib"])):
+        result = run(case, spec["kind"], device, bool(spec["unsafe"]))
+    result.peak_gpu_mib = peak_gpu_mib(device)
+    return result.as_dict()
+
+
+def _probe(device: str, plugin_load_error: str | None) -> dict[str, Any]:
+    """Versions, the GPU, and why ``aiter-ext`` cannot run here (``problem``, else ``None``)."""
+    import platform
+
+    import torch
+
+    from sglang_aiter_plugin._releases import __version__
+    from sglang_aiter_plugin._sglang import installed_sglang_version
+    from sglang_aiter_plugin.backend import aiter_problem
+
+    facts: dict[str, Any] = {
+        "plugin": __version__,
+        "sglang": str(installed_sglang_version()),
+        "torch": torch.__version__,
+        "hip": getattr(torch.version, "hip", None),
+        "cuda": getattr(torch.version, "cuda", None),
+        "python": platform.python_version(),
+        "aiter": _aiter_version(),
+        "gpu": None,
+        "arch": None,
+        "plugin_load_error": plugin_load_error,
+    }
+    problem = aiter_problem()
+    if device != "cpu":
+        if not torch.cuda.is_available():
+            problem = problem or f"torch sees no GPU (torch {torch.__version__})"
+        else:
+            index = torch.device(device).index or 0
+            if index >= torch.cuda.device_count():
+                problem = problem or (f"--device {device}: this host has "
+                                      f"{torch.cuda.device_count()} GPU(s)")
+            else:
+                props = torch.cuda.get_device_properties(index)
+                facts["gpu"] = props.name
+                facts["arch"] = (getattr(props, "gcnArchName", None)
+                                 or f"sm_{props.major}{props.minor}")
+    facts["problem"] = problem
+    facts["aiter_from"] = _aiter_origin()
+    return facts
+
+
+def _aiter_origin() -> str | None:
+    """Where the ``aiter`` this process imported comes from: its file, else its docstring's first
+    line (a package put in ``sys.modules`` by another plugin says what it is there)."""
+    imported = sys.modules.get("aiter")
+    if imported is None:
+        return None
+    where = getattr(imported, "__file__", None)
+    if where:
+        return str(where)
+    lines = (imported.__doc__ or "").strip().splitlines()
+    return lines[0] if lines else repr(imported)
+
+
+def _aiter_version() -> str | None:
+    """aiter's distribution version and, where it runs from a git checkout, the commit."""
+    import importlib.util
+    import subprocess
+    from importlib.metadata import PackageNotFoundError, version
+    from pathlib import Path
+
+    found = None
+    for dist in ("amd-aiter", "aiter"):
+        try:
+            found = version(dist)
+            break
+        except PackageNotFoundError:
+            continue
+    try:
+        spec = importlib.util.find_spec("aiter")
+    except (ImportError, ValueError):
+        spec = None
+    origin = getattr(spec, "origin", None)
+    if origin:
+        try:
+            commit = subprocess.run(
+                ["git", "-C", str(Path(origin).parent), "rev-parse", "--short=12", "HEAD"],
+                capture_output=True, text=True, timeout=10, check=False).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            commit = ""
+        if commit:
+            found = f"{found or 'unknown version'} (commit {commit})"
+    return found
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

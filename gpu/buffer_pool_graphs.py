@@ -47,6 +47,13 @@ _tolerate_transformers_reregistration()
 
 import torch  # noqa: E402
 
+from sglang_aiter_plugin.selftest.cases import Case  # noqa: E402
+from sglang_aiter_plugin.selftest.checks import TOLERANCE  # noqa: E402
+from sglang_aiter_plugin.selftest.decode import (  # noqa: E402
+    build_backend,
+    graph_sizes,
+    requests_for,
+)
 from sglang_aiter_plugin.selftest.decode_batch import (  # noqa: E402
     Batch,
     DecodeBatch,
@@ -95,30 +102,24 @@ def build(kind: str, setup: Any, path: str) -> Any:
 def decode_rows(
     setup: Any, pool: int, bs: int, gen: torch.Generator
 ) -> tuple[list[int], list[int]]:
-    n = min(bs, pool)  # a padded graph batch carries at most P real requests
-    reqs = torch.randperm(pool, generator=gen)[:n].tolist()
-    lens = torch.randint(1, MAX_LEN, (n,), generator=gen).tolist()
-    return reqs, lens
+    return requests_for(bs, pool, gen, MAX_LEN)
 
 
 def run_decode(kind: str, path: str, setup: Any, pool: int, graphs: bool, device: str) -> None:
-    backend = build(kind, setup, path)
-    layer = make_layer(backend)
-    gen = torch.Generator().manual_seed(1)
-    for bs in setup.capture_bs:
-        batch = DecodeBatch(backend, bs, device)
-        reqs, lens = decode_rows(setup, pool, bs, gen)
-        q = torch.randn(len(reqs), backend.num_head, backend.head_dim, generator=gen).to(
-            backend.input_dtype
-        ).to(device)
-        out = batch.run(layer, reqs, lens, q, batch.capture(layer) if graphs else None)
-        torch.cuda.synchronize() if device == "cuda" else None
-        got = out[: len(reqs)].reshape(len(reqs), backend.num_head, backend.head_dim).float()
-        want = reference_rows(setup.runner, q, reqs, lens).to(got.device)
-        err = (got - want).abs().max().item()
-        emit(part="decode", kind=kind, path=path, graphs=graphs, pool=pool, bs=bs,
-             max_bs=setup.max_bs, real_rows=len(reqs), max_abs_err=round(err, 5),
-             ok=bool(err < 2e-2))
+    """The self-test's decode loop (``graph_sizes``) at every captured size, nothing held back;
+    one record per size."""
+    os.environ["SGLANG_USE_AITER_UNIFIED_ATTN"] = "1" if path == "unified" else "0"
+    case = Case(f"{path}-page{PAGE}-graphs", path, PAGE, "graphs")
+    for size in graph_sizes(case, setup, build_backend(kind, setup), device, seed=1,
+                            max_len=MAX_LEN, hold=lambda _: False, capture=graphs):
+        record: dict[str, Any] = dict(part="decode", kind=kind, path=path, graphs=graphs,
+                                      pool=pool, bs=size.bs, max_bs=setup.max_bs,
+                                      real_rows=size.real_rows)
+        if size.error is not None:
+            emit(**record, error=f"{type(size.error).__name__}: {size.error}"[:300])
+            return
+        err = size.max_err if size.max_err is not None else float("nan")
+        emit(**record, max_abs_err=round(err, 5), ok=bool(err < TOLERANCE))
 
 
 def run_extend(kind: str, setup: Any, pool: int, device: str) -> None:

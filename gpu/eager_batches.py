@@ -28,6 +28,9 @@ from typing import Any
 import torch
 
 from gpu import buffer_pool_graphs as bpg  # makes aiter unimportable first
+from sglang_aiter_plugin.selftest.cases import Case
+from sglang_aiter_plugin.selftest.checks import TOLERANCE
+from sglang_aiter_plugin.selftest.decode import eager_batch
 from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced_batch
 from sglang_aiter_plugin.selftest.reference import fill_paged_requests, reference_rows
 from sglang_aiter_plugin.selftest.sglang_setup import graphs_off
@@ -53,37 +56,21 @@ def _sync(device: str) -> None:
 
 
 def run_decode(kind: str, path: str, setup: Any, pool: int, mode: str, device: str) -> None:
+    """The self-test's eager batch (``eager_batch``): a full rank (``decode``) or an idle one
+    beside a full one (``idle``), nothing held back."""
     backend = _backend(kind, setup, path)
-    layer = bpg.make_layer(backend)
-    gen = torch.Generator().manual_seed(3)
+    case = Case(f"{path}-page1-eager", path, 1, "eager")
     rows = pool if mode == "decode" else 0
-    lens = torch.randint(1, bpg.MAX_LEN, (rows,), generator=gen).tolist()
-    fb = mlp_synced_batch(setup, backend, mode, rows, [pool], device, lens=lens)
-    bs = int(fb.batch_size)
-    q = torch.randn(bs, backend.num_head, backend.head_dim, generator=gen).to(
-        backend.input_dtype
-    ).to(device)
-    record: dict[str, Any] = dict(part=mode, kind=kind, path=path, pool=pool, bs=bs,
+    batch = eager_batch(case, setup, backend, device, seed=3, max_len=bpg.MAX_LEN, rows=rows,
+                        others=[pool], hold=lambda _: False)
+    record: dict[str, Any] = dict(part=mode, kind=kind, path=path, pool=pool, bs=batch.bs,
                                   capacity=int(backend.kv_indptr.shape[-1]) - 1)
-    try:
-        backend.init_forward_metadata(fb)
-        out = backend.forward_decode(q.reshape(bs, -1), None, None, layer, fb,
-                                     save_kv_cache=False)
-        _sync(device)
-    except Exception as exc:  # the measurement
-        bpg.emit(**record, error=f"{type(exc).__name__}: {exc}"[:300])
+    if batch.error is not None:
+        bpg.emit(**record, error=f"{type(batch.error).__name__}: {batch.error}"[:300])
         return
-    md = backend.forward_metadata
-    kv = md.kv_indptr[: bs + 1].tolist() if md.kv_indptr is not None else None
-    want_kv = [0]
-    for n in fb.seq_lens.tolist():
-        want_kv.append(want_kv[-1] + int(n))
-    record.update(kv_indptr_ok=kv == want_kv)
-    if rows:
-        got = out[:rows].reshape(rows, backend.num_head, backend.head_dim).float()
-        want = reference_rows(setup.runner, q[:rows], list(range(rows)), lens)
-        err = (got - want.to(got.device)).abs().max().item()
-        record.update(real_rows=rows, max_abs_err=round(err, 5), rows_ok=bool(err < 2e-2))
+    if batch.max_err is not None:
+        record.update(real_rows=rows, max_abs_err=round(batch.max_err, 5),
+                      rows_ok=bool(batch.max_err < TOLERANCE))
     bpg.emit(**record)
 
 

@@ -19,7 +19,7 @@ import contextlib
 import sys
 import tempfile
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 from sglang_aiter_plugin.selftest.cases import Case
 
 if TYPE_CHECKING:
-    import torch
-
+    from sglang_aiter_plugin.selftest.decode import SizeOutcome
     from sglang_aiter_plugin.selftest.sglang_setup import Setup
 
 __all__ = ["POOL", "TOLERANCE", "Result", "run"]
@@ -70,10 +69,6 @@ def _max_len(device: str) -> int:
 def _dtype_flags(device: str) -> tuple[str, ...]:
     # Triton's CPU interpreter computes bf16 tl.dot wrongly (triton-lang/triton#11584)
     return ("--dtype", "bfloat16" if device != "cpu" else "float16")
-
-
-class _Held(Exception):
-    """A batch upstream's buffers cannot hold (never leaves this module)."""
 
 
 def run(case: Case, kind: str, device: str, unsafe: bool) -> Result:
@@ -125,7 +120,7 @@ def _run(case: Case, kind: str, device: str, unsafe: bool, tmp: Path) -> Result:
         if case.path == "draft":
             return _draft(setup, kind, device, unsafe)
         if case.form == "eager":
-            return _eager(case, setup, kind, device)
+            return _eager(case, setup, kind, device, unsafe)
         return _graphs(case, setup, kind, device, unsafe)
 
 
@@ -135,213 +130,71 @@ def _model_dir(tmp: Path, mla: bool) -> Path:
     return write_model_dir(tmp / "model", mla=mla, aiter_mla_dims=mla)
 
 
-def _backend(kind: str, setup: Setup) -> Any:
-    import importlib
-
-    module, name = _CLASSES[kind][0]
-    return getattr(importlib.import_module(module), name)(setup.runner)
-
-
-_CLASSES = {  # kind -> (decode backend, multi-step draft wrapper), each (module, class)
-    "upstream": (("sglang.srt.layers.attention.aiter_backend", "AiterAttnBackend"),
-                 ("sglang.srt.layers.attention.aiter_backend", "AiterMultiStepDraftBackend")),
-    "aiter-ext": (("sglang_aiter_plugin.backend.classes", "AiterExtAttnBackend"),
-                  ("sglang_aiter_plugin.backend.classes", "AiterExtMultiStepDraftBackend")),
-}
-
-
-class _Shape:
-    """What a row of ``q`` and of the output hold, and the reference for them."""
-
-    def __init__(self, backend: Any, setup: Setup) -> None:
-        from sglang_aiter_plugin.selftest.reference import make_layer
-
-        self.heads = int(backend.num_head)
-        self.mla = bool(getattr(backend, "use_mla", False))
-        if self.mla:
-            config = setup.runner.model_config
-            rank, rope = int(config.kv_lora_rank), int(config.qk_rope_head_dim)
-            nope = int(config.qk_nope_head_dim)
-            self.q_dim, self.out_dim = rank + rope, rank
-            self.scale = float((nope + rope) ** -0.5)
-            self.layer = make_layer(backend, tp_k_head_num=1, tp_v_head_num=1,
-                                    qk_head_dim=self.q_dim, v_head_dim=rank, head_dim=self.q_dim,
-                                    scaling=self.scale)
-        else:
-            self.q_dim = self.out_dim = int(backend.head_dim)
-            self.scale = float(self.q_dim**-0.5)
-            self.layer = make_layer(backend)
-
-    def queries(self, rows: int, backend: Any, gen: torch.Generator, device: str) -> torch.Tensor:
-        import torch
-
-        q = torch.randn(rows, self.heads, self.q_dim, generator=gen)
-        return q.to(backend.input_dtype).to(device)
-
-    def error(self, setup: Setup, out: torch.Tensor, q: torch.Tensor, reqs: list[int],
-              lens: list[int]) -> float:
-        from sglang_aiter_plugin.selftest.reference import reference_mla_rows, reference_rows
-
-        rows = len(reqs)
-        got = out[:rows].reshape(rows, self.heads, self.out_dim).float()
-        if self.mla:
-            want = reference_mla_rows(setup.runner, q, reqs, lens, self.scale, self.out_dim)
-        else:
-            want = reference_rows(setup.runner, q, reqs, lens)
-        diff = (got - want.to(got.device)).abs()
-        return float("inf") if diff.isnan().any() else float(diff.max())
-
-
-def _requests(bs: int, gen: torch.Generator, device: str) -> tuple[list[int], list[int]]:
-    """At most P real requests in a batch of ``bs`` rows (sglang pads the rest), random lengths."""
-    import torch
-
-    n = min(bs, POOL)
-    reqs = torch.randperm(POOL, generator=gen)[:n].tolist()
-    lens = torch.randint(1, _max_len(device) + 1, (n,), generator=gen).tolist()
-    return reqs, lens
-
-
 def _graphs(case: Case, setup: Setup, kind: str, device: str, unsafe: bool) -> Result:
-    import torch
+    from sglang_aiter_plugin.selftest.decode import build_backend, graph_sizes
 
-    from sglang_aiter_plugin.selftest.decode_batch import DecodeBatch
-
-    backend = _backend(kind, setup)
-    backend.init_cuda_graph_state(setup.max_bs, setup.max_bs)
-    shape = _Shape(backend, setup)
-    gen = torch.Generator().manual_seed(SEED + 1)
-    worst: tuple[float, int] = (0.0, 0)
-    ran: list[int] = []
-    held: dict[int, str] = {}
-    for bs in setup.capture_bs:
-        reqs, lens = _requests(bs, gen, device)
-        q = shape.queries(len(reqs), backend, gen, device)
-        short = _overruns(backend, case, bs, sum(lens) + (bs - len(reqs)))
-        if short and kind == "upstream" and not unsafe:
-            held[bs] = short
-            continue
-        batch = DecodeBatch(backend, bs, device, q_width=shape.heads * shape.q_dim)
-        try:
-            out = batch.run(shape.layer, reqs, lens, q, batch.capture(shape.layer))
-            torch.cuda.synchronize(torch.device(device))
-        except Exception as exc:
-            failed = _failure(exc)
-            failed.detail = f"at batch {bs}: {failed.detail}"
-            failed.sizes = ran
-            return failed
-        ran.append(bs)
-        err = shape.error(setup, out, q, reqs, lens)
-        worst = max(worst, (err, bs))
-    return _judged(worst, ran, held, setup)
+    sizes = graph_sizes(case, setup, build_backend(kind, setup), device, SEED + 1,
+                        _max_len(device), hold=_holds(kind, unsafe))
+    return _judged(list(sizes), f"P = {POOL}, graph max_bs = {setup.max_bs}")
 
 
-def _judged(worst: tuple[float, int], ran: list[int], held: dict[int, str],
-            setup: Setup) -> Result:
-    err, at = worst
-    sizes = f"batch {_span(ran)}" if ran else "no batch"
-    if err > TOLERANCE:
-        detail = f"{sizes}: max |diff| {err:.3g} at batch {at} (tolerance {TOLERANCE})"
-        return Result("wrong", detail, round(err, 5), ran, sorted(held))
-    pool = f"P = {POOL}, graph max_bs = {setup.max_bs}"
+def _eager(case: Case, setup: Setup, kind: str, device: str, unsafe: bool) -> Result:
+    from sglang_aiter_plugin.selftest.decode import build_backend, eager_batch
+
+    batch = eager_batch(case, setup, build_backend(kind, setup), device, SEED + 2,
+                        _max_len(device), rows=POOL, others=[POOL],
+                        hold=_holds(kind, unsafe, writes_only=True))
+    return _judged([batch], f"{POOL} requests padded by MLP sync")
+
+
+def _holds(kind: str, unsafe: bool, *, writes_only: bool = False) -> Callable[[str], bool]:
+    """Which predicted overruns keep a batch from running: upstream's, unless ``unsafe``.
+    ``writes_only`` (eager batches): sglang's eager metadata fills the per-batch buffers with
+    torch slices, which raise on a short buffer before any kernel runs, so only a kernel's own
+    writes (aiter's workspace) are held back."""
+    return lambda short: (kind == "upstream" and not unsafe
+                          and (not writes_only or "writes" in short))
+
+
+def _judged(sizes: list[SizeOutcome], what: str) -> Result:
+    """One result for a case's batches: ``raised`` at the first that raised, ``wrong`` where a
+    row is off the reference, ``held back`` where any batch did not run, else ``ok``."""
+    ran = [s.bs for s in sizes if not s.held and s.error is None]
+    held = {s.bs: s.held for s in sizes if s.held}
+    errors = [s for s in sizes if s.max_err is not None]
+    worst = max(errors, key=lambda s: s.max_err or 0.0, default=None)
+    err = worst.max_err if worst is not None and worst.max_err is not None else None
+    rounded = round(err, 5) if err is not None else None
+    for s in sizes:
+        if s.error is not None:
+            failed = _failure(s.error)
+            return Result(failed.outcome, f"at batch {s.bs}: {failed.detail}", rounded, ran,
+                          sorted(held))
+    span = f"batch {_span(ran)}" if ran else "no batch"
+    if worst is not None and err is not None and err > TOLERANCE:
+        return Result("wrong", f"{span}: max |diff| {err:.3g} at batch {worst.bs} (tolerance "
+                      f"{TOLERANCE})", rounded, ran, sorted(held))
+    right = f"{span} right" + (f", max |diff| {err:.3g}" if err is not None else "")
     if held:
-        why = "; ".join(f"batch {bs}: {reason}" for bs, reason in sorted(held.items()))
-        detail = (f"{sizes} right (max |diff| {err:.3g}); held back {why}; run them with "
-                  "--upstream-unsafe")
-        return Result("held back", detail, round(err, 5), ran, sorted(held))
-    return Result("ok", f"{sizes} right, max |diff| {err:.3g} ({pool})", round(err, 5), ran)
+        why = "; ".join(f"batch {bs} {reason}" for bs, reason in sorted(held.items()))
+        return Result("held back", f"{right}; held back: {why}; run with --upstream-unsafe",
+                      rounded, ran, sorted(held))
+    return Result("ok", f"{right} ({what})", rounded, ran)
 
 
 def _span(sizes: list[int]) -> str:
     return f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}..{sizes[-1]} ({len(sizes)} sizes)"
 
 
-def _overruns(backend: Any, case: Case, bs: int, tokens: int) -> str:
-    """What a decode batch of ``bs`` rows and ``tokens`` KV tokens would read or write past in
-    ``backend``'s buffers ("" when nothing): the rows aiter's kernels address per batch row, and
-    the graph index buffer sglang's kernel fills one entry per token."""
-    import torch
-
-    short = []
-
-    def rows(name: str, need: int, what: str) -> None:
-        buffer = getattr(backend, name, None)
-        if isinstance(buffer, torch.Tensor) and buffer.numel() < need:
-            short.append(f"{what} {name} ({buffer.numel()} entries, {need} needed)")
-
-    rows("kv_indptr", bs + 1, "reads")
-    if case.page > 1:
-        rows("kv_last_page_len", bs, "reads")
-    if case.path == "unified":
-        rows("qo_indptr_unified_decode", bs + 1, "reads")
-    if case.form == "graphs" and case.path != "unified":
-        rows("cuda_graph_kv_indices", tokens, "writes")
-    workspace = getattr(backend, "workspace_buffer", None)
-    if case.path == "ragged" and isinstance(workspace, torch.Tensor):
-        need = bs * _aiter_workspace_bytes_per_row(backend)
-        if workspace.numel() * workspace.element_size() < need:
-            short.append(f"writes workspace_buffer ({workspace.numel() * workspace.element_size()}"
-                         f" bytes, {need} needed by aiter's layout)")
-    return ", ".join(short)
-
-
-def _aiter_workspace_bytes_per_row(backend: Any) -> int:
-    """aiter's ``paged_attention_ragged`` writes, per batch row, ``exp_sums`` and ``max_logits``
-    (fp32) and ``tmp_out`` (query dtype, head size wide), each per head and partition."""
-    import torch
-
-    heads, parts = int(backend.num_head), int(backend.max_num_partitions)
-    head = max(int(backend.head_dim), int(getattr(backend, "v_head_dim", 0) or 0))
-    q_bytes = torch.empty((), dtype=backend.input_dtype).element_size()
-    return heads * parts * (2 * 4 + head * q_bytes)
-
-
-def _eager(case: Case, setup: Setup, kind: str, device: str) -> Result:
-    import torch
-
-    from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced_batch
-
-    backend = _backend(kind, setup)
-    shape = _Shape(backend, setup)
-    gen = torch.Generator().manual_seed(SEED + 2)
-    reqs = list(range(POOL))
-    lens = torch.randint(1, _max_len(device) + 1, (POOL,), generator=gen).tolist()
-    fb = mlp_synced_batch(setup, backend, "decode", POOL, [POOL], device, lens=lens)
-    bs = int(fb.batch_size)
-    q = shape.queries(bs, backend, gen, device)
-    short = _overruns(backend, case, bs, int(fb.seq_lens.sum()))
-    if short and kind == "upstream" and "writes" in short:
-        return Result("held back", f"batch {bs}: {short}; run it with --upstream-unsafe",
-                      held_back=[bs])
-    try:
-        backend.init_forward_metadata(fb)
-        out = backend.forward_decode(q.reshape(bs, -1), None, None, shape.layer, fb,
-                                     save_kv_cache=False)
-        if device != "cpu":
-            torch.cuda.synchronize()
-    except Exception as exc:
-        failed = _failure(exc)
-        failed.detail = f"at batch {bs} ({POOL} requests padded by MLP sync): {failed.detail}"
-        return failed
-    err = shape.error(setup, out, q[:POOL], reqs, lens)
-    if err > TOLERANCE:
-        return Result("wrong", f"batch {bs}: max |diff| {err:.3g} (tolerance {TOLERANCE})",
-                      round(err, 5), [bs])
-    return Result("ok", f"batch {bs} ({POOL} requests padded by MLP sync) right, max |diff| "
-                  f"{err:.3g}", round(err, 5), [bs])
-
-
 def _draft(setup: Setup, kind: str, device: str, unsafe: bool) -> Result:
     """The draft wrapper's per-step ``kv_indptr`` rows after its graph metadata, at every captured
     size: each row the cumulative lengths of its step, element 0 still 0 after a later batch."""
-    import importlib
-
     import torch
 
+    from sglang_aiter_plugin.selftest.decode import build_backend, requests_for
     from sglang_aiter_plugin.selftest.decode_batch import Batch, draft_metadata
 
-    module, name = _CLASSES[kind][1]
-    draft = getattr(importlib.import_module(module), name)(setup.runner, TOPK, STEPS)
+    draft = build_backend(kind, setup, draft=(TOPK, STEPS))
     draft.init_cuda_graph_state(setup.max_bs, setup.max_bs)
     gen = torch.Generator().manual_seed(SEED + 3)
     ran: list[int] = []
@@ -352,7 +205,7 @@ def _draft(setup: Setup, kind: str, device: str, unsafe: bool) -> Result:
         if width < bs * TOPK + 1 and kind == "upstream" and not unsafe:
             held[bs] = f"writes past kv_indptr's last row ({width} entries, {bs * TOPK + 1} needed)"
             continue
-        reqs, lens = _requests(bs, gen, device)
+        reqs, lens = requests_for(bs, POOL, gen, _max_len(device))
         pad = bs - len(reqs)
         seq = torch.tensor(lens + [1] * pad, device=device)
         fb = Batch(batch_size=bs, seq_lens=seq, seq_lens_cpu=seq.cpu(),

@@ -11,6 +11,8 @@ real package cannot import, so :func:`install` puts a stand-in package in ``sys.
   ``kv_last_page_lens[s]``, for
   ``query.size(0)`` rows; extend row block ``b`` reads ``cu_seqlens_q[b:b + 2]`` and
   ``kv_indptr[b:b + 2]``, causally;
+* ``mla_decode_fwd`` (MLA decode, on CPU only): the same torch attention over the latent KV with
+  aiter's per-row contract (:func:`mla_decode_fwd`);
 * ``unified_attention``: aiter's real Triton kernel (:mod:`testkit.doubles.aiter_triton`, under
   Triton's interpreter) when ``unified`` is asked for; otherwise a stand-in that refuses;
 * every other name (and any ``aiter.*`` submodule) a callable that raises, naming itself.
@@ -42,7 +44,8 @@ from typing import Any
 import torch
 
 __all__ = ["RECORD_DIR_VAR", "WRONG_SLOT_FLAG_VAR", "install", "mha_batch_prefill_func",
-           "paged_attention_ragged", "record", "recording_unified", "refresh_control"]
+           "mla_decode_fwd", "paged_attention_ragged", "record", "recording_unified",
+           "refresh_control"]
 
 WRONG_SLOT_FLAG_VAR = "SGLANG_E2E_WRONG_KV_SLOT_FLAG"
 """A path: while a file exists there, the decode kernel reads one wrong KV slot (the control)."""
@@ -172,6 +175,31 @@ def mha_batch_prefill_func(
     return o
 
 
+def mla_decode_fwd(
+    q: torch.Tensor, kv_buffer: torch.Tensor, o: torch.Tensor, qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last_page_lens: torch.Tensor | None,
+    max_seqlen_q: int, sm_scale: float | None = None, logit_cap: float = 0.0, *args: Any,
+    **kwargs: Any,
+) -> None:
+    """aiter's MLA decode contract (page size 1): query rows ``qo_indptr[b]:qo_indptr[b + 1]``
+    attend, causally, to the latent KV at ``kv_indices[kv_indptr[b]:kv_indptr[b + 1]]`` (one KV
+    head shared by every query head); the values are the first ``o.shape[-1]`` entries."""
+    batch = qo_indptr.numel() - 1
+    if kv_indptr.numel() < batch + 1:
+        raise RuntimeError(f"aiter kernel double: kv_indptr holds {kv_indptr.numel()} entries; "
+                           f"a batch of {batch} reads {batch + 1}")
+    latent = kv_buffer.reshape(-1, 1, kv_buffer.shape[-1])
+    scale = float(sm_scale) if sm_scale is not None else q.shape[-1] ** -0.5
+    value_dim = o.shape[-1]
+    qo, kv = qo_indptr.tolist(), kv_indptr[: batch + 1].tolist()
+    for b in range(batch):
+        rows = q[qo[b]:qo[b + 1]]
+        slots = kv_indices[kv[b]:kv[b + 1]].long()
+        keys = latent[slots]
+        out = _attend(rows, keys, keys[..., :value_dim], scale, slots.numel() - rows.shape[0])
+        o[qo[b]:qo[b + 1]] = out.to(o.dtype)
+
+
 def recording_unified(kernel: Callable[..., Any], origin: str) -> Callable[..., Any]:
     """``kernel`` (aiter's real ``unified_attention``), recording each new number of sequences
     it is called for (``unified_attention from aiter <module> (<origin>) seqs=N``)."""
@@ -191,7 +219,7 @@ def _refusing(name: str) -> Callable[..., Any]:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(
             f"aiter kernel double: {name} has no reference here (only paged_attention_ragged, "
-            "mha_batch_prefill_func and unified_attention)")
+            "mha_batch_prefill_func, unified_attention and, on CPU, mla.mla_decode_fwd)")
 
     refuse.__name__ = name.rsplit(".", 1)[-1]
     return refuse
@@ -255,6 +283,7 @@ def install(*, unified: Callable[..., Any] | None = None, on_gpu: bool = False) 
     else:
         _module("aiter", paged_attention_ragged=paged_attention_ragged,
                 mha_batch_prefill_func=mha_batch_prefill_func)
+        _module("aiter.mla", mla_decode_fwd=mla_decode_fwd)
     for name in ("aiter.ops", "aiter.ops.triton", "aiter.ops.triton.attention"):
         _module(name)
     _module("aiter.ops.triton.attention.unified_attention", unified_attention=uni)

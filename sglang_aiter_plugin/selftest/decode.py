@@ -1,0 +1,215 @@
+"""Decode batches through a backend, checked row by row: at every captured graph size
+(:func:`graph_sizes`) and as one eager batch after DP attention's MLP-sync padding
+(:func:`eager_batch`). The self-test's cases and the GPU scripts run these.
+
+Before a batch runs, :func:`overruns` reads the backend's buffers: what aiter's kernels would read
+or write past for that batch (a per-batch buffer with fewer rows, a graph index buffer with fewer
+entries than the batch's tokens, a workspace smaller than aiter's layout needs).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sglang_aiter_plugin.selftest.cases import Case
+
+if TYPE_CHECKING:
+    import torch
+
+    from sglang_aiter_plugin.selftest.sglang_setup import Setup
+
+__all__ = ["CLASSES", "RowShape", "SizeOutcome", "build_backend", "eager_batch", "graph_sizes",
+           "overruns", "requests_for"]
+
+CLASSES = {  # kind -> (decode backend, multi-step draft wrapper), each (module, class)
+    "upstream": (("sglang.srt.layers.attention.aiter_backend", "AiterAttnBackend"),
+                 ("sglang.srt.layers.attention.aiter_backend", "AiterMultiStepDraftBackend")),
+    "aiter-ext": (("sglang_aiter_plugin.backend.classes", "AiterExtAttnBackend"),
+                  ("sglang_aiter_plugin.backend.classes", "AiterExtMultiStepDraftBackend")),
+}
+
+
+def build_backend(kind: str, setup: Setup, *, draft: tuple[int, int] | None = None) -> Any:
+    """``kind``'s decode backend on ``setup``'s runner; ``draft=(topk, steps)``: its EAGLE
+    multi-step draft wrapper instead."""
+    module, name = CLASSES[kind][0 if draft is None else 1]
+    cls = getattr(importlib.import_module(module), name)
+    return cls(setup.runner) if draft is None else cls(setup.runner, *draft)
+
+
+class RowShape:
+    """What a row of ``q`` and of the output hold for ``backend``, and the reference for them."""
+
+    def __init__(self, backend: Any, setup: Setup) -> None:
+        from sglang_aiter_plugin.selftest.reference import make_layer
+
+        self.runner = setup.runner
+        self.dtype = backend.input_dtype
+        self.heads = int(backend.num_head)
+        self.mla = bool(getattr(backend, "use_mla", False))
+        if self.mla:
+            config = setup.runner.model_config
+            rank, rope = int(config.kv_lora_rank), int(config.qk_rope_head_dim)
+            nope = int(config.qk_nope_head_dim)
+            self.q_dim, self.out_dim = rank + rope, rank
+            self.scale = float((nope + rope) ** -0.5)
+            self.layer = make_layer(backend, tp_k_head_num=1, tp_v_head_num=1,
+                                    qk_head_dim=self.q_dim, v_head_dim=rank, head_dim=self.q_dim,
+                                    scaling=self.scale)
+        else:
+            self.q_dim = self.out_dim = int(backend.head_dim)
+            self.scale = float(self.q_dim**-0.5)
+            self.layer = make_layer(backend)
+
+    def queries(self, rows: int, gen: torch.Generator, device: str) -> torch.Tensor:
+        import torch
+
+        return torch.randn(rows, self.heads, self.q_dim, generator=gen).to(self.dtype).to(device)
+
+    def error(self, out: torch.Tensor, q: torch.Tensor, reqs: list[int],
+              lens: list[int]) -> float:
+        """The largest absolute difference of the real rows from the torch reference (inf where
+        a row holds NaN)."""
+        from sglang_aiter_plugin.selftest.reference import reference_mla_rows, reference_rows
+
+        rows = len(reqs)
+        got = out[:rows].reshape(rows, self.heads, self.out_dim).float()
+        if self.mla:
+            want = reference_mla_rows(self.runner, q[:rows], reqs, lens, self.scale,
+                                      self.out_dim)
+        else:
+            want = reference_rows(self.runner, q[:rows], reqs, lens)
+        diff = (got - want.to(got.device)).abs()
+        return float("inf") if bool(diff.isnan().any()) else float(diff.max())
+
+
+def requests_for(bs: int, pool: int, gen: torch.Generator,
+                 max_len: int) -> tuple[list[int], list[int]]:
+    """At most ``pool`` real requests in a batch of ``bs`` rows (sglang pads the rest), each in a
+    random request slot with a random length of 1 to ``max_len`` tokens."""
+    import torch
+
+    n = min(bs, pool)
+    reqs = torch.randperm(pool, generator=gen)[:n].tolist()
+    lens = torch.randint(1, max_len + 1, (n,), generator=gen).tolist()
+    return reqs, lens
+
+
+@dataclass
+class SizeOutcome:
+    """One batch: its rows, its real rows, and what happened (at most one of the last three)."""
+
+    bs: int
+    real_rows: int
+    max_err: float | None = None
+    held: str = ""
+    """What the batch would read or write past (it did not run)."""
+    error: BaseException | None = None
+
+
+def graph_sizes(case: Case, setup: Setup, backend: Any, device: str, seed: int, max_len: int,
+                *, hold: Callable[[str], bool], capture: bool = True) -> Iterator[SizeOutcome]:
+    """At every size sglang captures: the capture metadata, a warm-up, the forward captured in a
+    graph (``capture``; else the forward runs eagerly), then the replay metadata and the replay
+    with real requests; after its graph state is set up for the largest size. A batch whose
+    :func:`overruns` ``hold`` accepts is not run. Stops after the first batch that raises."""
+    import torch
+
+    from sglang_aiter_plugin.selftest.decode_batch import DecodeBatch
+
+    backend.init_cuda_graph_state(setup.max_bs, setup.max_bs)
+    shape = RowShape(backend, setup)
+    pool = int(setup.runner.req_to_token_pool.size)
+    gen = torch.Generator().manual_seed(seed)
+    for bs in setup.capture_bs:
+        reqs, lens = requests_for(bs, pool, gen, max_len)
+        q = shape.queries(len(reqs), gen, device)
+        short = overruns(backend, case, bs, sum(lens) + (bs - len(reqs)))
+        if short and hold(short):
+            yield SizeOutcome(bs, len(reqs), held=short)
+            continue
+        batch = DecodeBatch(backend, bs, device, q_width=shape.heads * shape.q_dim)
+        try:
+            out = batch.run(shape.layer, reqs, lens, q, batch.capture(shape.layer) if capture
+                            else None)
+            if device != "cpu":
+                torch.cuda.synchronize(torch.device(device))
+        except Exception as exc:
+            yield SizeOutcome(bs, len(reqs), error=exc)
+            return
+        yield SizeOutcome(bs, len(reqs), max_err=shape.error(out, q, reqs, lens))
+
+
+def eager_batch(case: Case, setup: Setup, backend: Any, device: str, seed: int, max_len: int,
+                *, rows: int, others: list[int],
+                hold: Callable[[str], bool]) -> SizeOutcome:
+    """This rank's ``rows`` requests (slots 0...) while the other DP ranks report ``others``
+    tokens, padded by sglang's own ``prepare_mlp_sync_batch``, through ``init_forward_metadata``
+    and ``forward_decode`` as sglang's eager forward runs them (no graph state)."""
+    import torch
+
+    from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced_batch
+
+    shape = RowShape(backend, setup)
+    gen = torch.Generator().manual_seed(seed)
+    reqs = list(range(rows))
+    lens = torch.randint(1, max_len + 1, (rows,), generator=gen).tolist()
+    fb = mlp_synced_batch(setup, backend, "decode", rows, others, device, lens=lens)
+    bs = int(fb.batch_size)
+    q = shape.queries(bs, gen, device)
+    short = overruns(backend, case, bs, int(fb.seq_lens.sum()))
+    if short and hold(short):
+        return SizeOutcome(bs, rows, held=short)
+    try:
+        backend.init_forward_metadata(fb)
+        out = backend.forward_decode(q.reshape(bs, -1), None, None, shape.layer, fb,
+                                     save_kv_cache=False)
+        if device != "cpu":
+            torch.cuda.synchronize(torch.device(device))
+    except Exception as exc:
+        return SizeOutcome(bs, rows, error=exc)
+    return SizeOutcome(bs, rows, max_err=shape.error(out, q, reqs, lens) if rows else None)
+
+
+def overruns(backend: Any, case: Case, bs: int, tokens: int) -> str:
+    """What a decode batch of ``bs`` rows and ``tokens`` KV tokens would read or write past in
+    ``backend``'s buffers ("" when nothing): the rows aiter's kernels address per batch row, the
+    graph index buffer sglang's kernel fills one entry per token, aiter's workspace."""
+    import torch
+
+    short = []
+
+    def rows(name: str, need: int, what: str) -> None:
+        buffer = getattr(backend, name, None)
+        if isinstance(buffer, torch.Tensor) and buffer.numel() < need:
+            short.append(f"{what} {name} ({buffer.numel()} entries, {need} needed)")
+
+    rows("kv_indptr", bs + 1, "reads")
+    if case.page > 1:
+        rows("kv_last_page_len", bs, "reads")
+    if case.path == "unified":
+        rows("qo_indptr_unified_decode", bs + 1, "reads")
+    if case.form == "graphs" and case.path != "unified":
+        rows("cuda_graph_kv_indices", tokens, "writes")
+    workspace = getattr(backend, "workspace_buffer", None)
+    if case.path == "ragged" and isinstance(workspace, torch.Tensor):
+        have = workspace.numel() * workspace.element_size()
+        need = bs * _aiter_workspace_bytes_per_row(backend)
+        if have < need:
+            short.append(f"writes workspace_buffer ({have} bytes, {need} needed by aiter's "
+                         "layout)")
+    return ", ".join(short)
+
+
+def _aiter_workspace_bytes_per_row(backend: Any) -> int:
+    """aiter's ``paged_attention_ragged`` writes, per batch row, ``exp_sums`` and ``max_logits``
+    (fp32) and ``tmp_out`` (query dtype, head size wide), each per head and partition."""
+    import torch
+
+    heads, parts = int(backend.num_head), int(backend.max_num_partitions)
+    head = max(int(backend.head_dim), int(getattr(backend, "v_head_dim", 0) or 0))
+    q_bytes = torch.empty((), dtype=backend.input_dtype).element_size()
+    return heads * parts * (2 * 4 + head * q_bytes)

@@ -49,6 +49,9 @@ MODULES = (
     "fixes.attention_backend.choice", "fixes.attention_backend.fix",
     "fixes.attention_backend.sites", "fixes.collectives", "fixes.collectives.calls",
     "fixes.collectives.fix", "fixes.collectives.probe", "plugin", "plugin.manager", "plugin.spec",
+    "selftest", "selftest.cases", "selftest.checks", "selftest.child", "selftest.decode",
+    "selftest.decode_batch", "selftest.mlp_sync", "selftest.model_runner", "selftest.reference",
+    "selftest.report", "selftest.run", "selftest.sglang_setup",
 )
 _T = TypeVar("_T")
 

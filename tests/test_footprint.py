@@ -40,6 +40,7 @@ print("RESULT " + json.dumps({
     "backend_imported": "sglang_aiter_plugin.backend" in sys.modules,
     "sites_imported": "sglang_aiter_plugin.fixes.attention_backend.sites" in sys.modules,
     "probe_imported": "sglang_aiter_plugin.fixes.collectives.probe" in sys.modules,
+    "selftest_imported": sorted(m for m in sys.modules if m.startswith("sglang_aiter_plugin.selftest")),
     "propagate": plugin_logger.propagate,
     "statuses": {s.name: s.state.value for s in last_statuses()},
 }))
@@ -66,6 +67,7 @@ def test_a_launch_without_aiter_ext_leaves_nothing_behind(launch: Result) -> Non
     assert data["backend_imported"] is False  # only a launch choosing aiter-ext needs it
     assert data["sites_imported"] is False  # nor the construction sites (start-up time)
     assert data["probe_imported"] is False  # off ROCm no collective fix probes sglang
+    assert data["selftest_imported"] == []  # the self-test's harness is never loaded with it
     assert data["marker"] is False
     assert data["finders"] == []  # the import hook is gone once nothing waits
     assert data["plugin_loaders"] == []  # the modules it watched keep their own loaders

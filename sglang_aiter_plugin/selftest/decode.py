@@ -132,6 +132,7 @@ def graph_sizes(case: Case, setup: Setup, backend: Any, device: str, seed: int, 
             yield SizeOutcome(bs, len(reqs), held=short)
             continue
         batch = DecodeBatch(backend, bs, device, q_width=shape.heads * shape.q_dim)
+        _pools_of(setup, batch.fb)
         try:
             out = batch.run(shape.layer, reqs, lens, q, batch.capture(shape.layer) if capture
                             else None)
@@ -158,6 +159,7 @@ def eager_batch(case: Case, setup: Setup, backend: Any, device: str, seed: int, 
     reqs = list(range(rows))
     lens = torch.randint(1, max_len + 1, (rows,), generator=gen).tolist()
     fb = mlp_synced_batch(setup, backend, "decode", rows, others, device, lens=lens)
+    _pools_of(setup, fb)
     bs = int(fb.batch_size)
     q = shape.queries(bs, gen, device)
     short = overruns(backend, case, bs, int(fb.seq_lens.sum()))
@@ -172,6 +174,13 @@ def eager_batch(case: Case, setup: Setup, backend: Any, device: str, seed: int, 
     except Exception as exc:
         return SizeOutcome(bs, rows, error=exc)
     return SizeOutcome(bs, rows, max_err=shape.error(out, q, reqs, lens) if rows else None)
+
+
+def _pools_of(setup: Setup, fb: Any) -> None:
+    """The pools a forward batch carries, as ``ForwardBatch.init_new`` takes them from the model
+    runner (older releases read the KV pool from the batch, not from the backend)."""
+    fb.req_to_token_pool = setup.runner.req_to_token_pool
+    fb.token_to_kv_pool = setup.runner.token_to_kv_pool
 
 
 def overruns(backend: Any, case: Case, bs: int, tokens: int) -> str:

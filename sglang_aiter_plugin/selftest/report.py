@@ -95,6 +95,6 @@ def as_json(run: Run) -> str:
                     "gpu_mib": run.options.gpu_mib},
         "seconds": round(run.seconds, 1),
         "cases": [{"case": r.case.name, "describes": r.case.describe(),
-                   "seconds": round(r.seconds, 1), **{k: r.outcomes[k] for k in KINDS}}
+                   "seconds": round(r.seconds, 1), **{k: r.outcomes.get(k) for k in KINDS}}
                   for r in run.rows],
     }, indent=2)

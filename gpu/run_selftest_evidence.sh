@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The self-test's graph form on the lent GPU (gpu/results/selftest.md).
+#
+#   bash gpu/run_selftest_evidence.sh
+#
+# Runs from the repository root with sglang importable (SGLANG_SITE: a folder for PYTHONPATH, as
+# gpu/run_server_evidence.sh installs .whl/ there, this plugin's wheel included: sglang's loader
+# finds plugins by their installed entry points) and aiter's Triton tree in .gpu-carry/aiter-git.
+# The kernel doubles come in through sglang's own plugin loader in every child the self-test
+# starts, as the GPU server tier installs them (testkit/doubles/server_plugin.py): the
+# capture-safe references with aiter's memory contract for aiter's compiled kernels, aiter's real
+# Triton unified_attention, the ROCm host answer. Writes $OUT/selftest/{versions.txt,*.txt,*.json}.
+# SG12_SITE: an sglang 0.5.12 folder; with it, the page-16 case also runs there, as it comes and
+# with upstream's held-back batches run (--upstream-unsafe).
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+out=${OUT:-/tmp}/selftest
+mkdir -p "$out"
+site=$(mktemp -d)
+trap 'rm -rf "$site"' EXIT
+export SGLANG_SITE=${SGLANG_SITE:-/tmp/site}
+export PYTHONPATH=$site:$SGLANG_SITE:$here:$here/gpu/wheelhouse PYTHONUNBUFFERED=1
+python3 -c "from pathlib import Path; from testkit.doubles.server_plugin import site_dir; site_dir(Path('$site'), gpu=True)"
+export SGLANG_E2E_DOUBLES=aiter,unified,capture-safe,rocm-host
+export SGLANG_E2E_AITER_TREE=${SGLANG_E2E_AITER_TREE:-$here/.gpu-carry/aiter-git}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache-selftest}
+{
+  date -u '+%Y-%m-%d %H:%M:%S UTC'
+  git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null
+  nvidia-smi -L
+  python3 -c "import sglang, torch, triton; print('sglang', sglang.__version__, 'torch', torch.__version__, 'triton', triton.__version__)"
+} 2>&1 | tee "$out/versions.txt"
+st() {  # label, then selftest arguments; the exit status goes into the summary
+  local label=$1; shift
+  local start; start=$(date +%s)
+  python3 -m sglang_aiter_plugin selftest "$@" > "$out/$label.txt" 2> "$out/$label.err"
+  echo "$label rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$out/summary.txt"
+}
+jobs=${JOBS:-4}
+st all --jobs "$jobs"
+st all-json --jobs "$jobs" --json
+# the control: the decode kernel reads each sequence's second KV slot for its first (aiter-ext
+# must fail these, exit status 1)
+SGLANG_E2E_WRONG_KV_SLOT_FLAG=$(mktemp)
+export SGLANG_E2E_WRONG_KV_SLOT_FLAG
+st control-wrong-slot --jobs "$jobs" --only ragged-page1-graphs --only ragged-page16-graphs
+rm -f "$SGLANG_E2E_WRONG_KV_SLOT_FLAG"
+unset SGLANG_E2E_WRONG_KV_SLOT_FLAG
+if [[ -n ${SG12_SITE:-} ]]; then
+  PYTHONPATH=$site:$SG12_SITE:$SGLANG_SITE:$here:$here/gpu/wheelhouse \
+    st page16-0.5.12 --jobs 2 --only ragged-page16-graphs
+  PYTHONPATH=$site:$SG12_SITE:$SGLANG_SITE:$here:$here/gpu/wheelhouse \
+    st page16-0.5.12-unsafe --jobs 2 --only ragged-page16-graphs --upstream-unsafe
+fi
+cat "$out/summary.txt"

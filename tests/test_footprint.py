@@ -40,7 +40,8 @@ print("RESULT " + json.dumps({
     "backend_imported": "sglang_aiter_plugin.backend" in sys.modules,
     "sites_imported": "sglang_aiter_plugin.fixes.attention_backend.sites" in sys.modules,
     "probe_imported": "sglang_aiter_plugin.fixes.collectives.probe" in sys.modules,
-    "selftest_imported": sorted(m for m in sys.modules if m.startswith("sglang_aiter_plugin.selftest")),
+    "selftest_imported": sorted(m for m in sys.modules
+                                if m.startswith("sglang_aiter_plugin.selftest")),
     "propagate": plugin_logger.propagate,
     "statuses": {s.name: s.state.value for s in last_statuses()},
 }))

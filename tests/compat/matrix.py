@@ -44,6 +44,7 @@ AREAS: dict[str, tuple[str, ...]] = {
                           "tests/test_ledger.py"),
     "buffer pool": ("tests/backend/",),
     "collectives": ("tests/fixes/collectives/",),
+    "selftest": ("tests/selftest/",),
     "faults": ("tests/test_faults", "tests/test_doubles.py", "tests/test_benchmarks.py"),
     "e2e": ("tests/e2e/",),
 }

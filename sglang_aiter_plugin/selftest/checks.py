@@ -81,8 +81,10 @@ def run(case: Case, kind: str, device: str, unsafe: bool) -> Result:
 
 
 def _failure(exc: BaseException) -> Result:
+    from sglang_aiter_plugin._errors import shorten
+
     first = (str(exc).strip().splitlines() or [""])[0]
-    text = f"{type(exc).__name__}: {first}"[:300]
+    text = shorten(f"{type(exc).__name__}: {first}", 300, quoted=False)
     if isinstance(exc, NotImplementedError) and _raised_by_a_kernel(exc):
         return Result("skipped", f"the installed aiter has no such kernel here ({text})")
     return Result("raised", text)

@@ -199,8 +199,10 @@ def _read(out: str, err: str, returncode: int) -> dict[str, Any]:
 
 
 def _last_error_line(stderr: str) -> str:
+    from sglang_aiter_plugin._errors import shorten
+
     lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else "no output"
+    return shorten(lines[-1], 300, quoted=False) if lines else "no output"
 
 
 def _decided(outcome: str, detail: str) -> dict[str, Any]:

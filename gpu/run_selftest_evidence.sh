@@ -27,7 +27,7 @@ export SGLANG_E2E_AITER_TREE=${SGLANG_E2E_AITER_TREE:-$here/.gpu-carry/aiter-git
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache-selftest}
 {
   date -u '+%Y-%m-%d %H:%M:%S UTC'
-  git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null
+  echo "commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"
   nvidia-smi -L
   python3 -c "import sglang, torch, triton; print('sglang', sglang.__version__, 'torch', torch.__version__, 'triton', triton.__version__)"
 } 2>&1 | tee "$out/versions.txt"

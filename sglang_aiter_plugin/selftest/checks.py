@@ -161,6 +161,14 @@ def _holds(kind: str, unsafe: bool, *, writes_only: bool = False) -> Callable[[s
 def _judged(sizes: list[SizeOutcome], what: str) -> Result:
     """One result for a case's batches: ``raised`` at the first that raised, ``wrong`` where a
     row is off the reference, ``held back`` where any batch did not run, else ``ok``."""
+    result = _verdict(sizes, what)
+    past = "; ".join(f"batch {s.bs} {s.past}" for s in sizes if s.past)
+    if past:  # it ran all the same: what the comparison cannot see
+        result.detail += f"; ran past its buffers (--upstream-unsafe): {past}"
+    return result
+
+
+def _verdict(sizes: list[SizeOutcome], what: str) -> Result:
     ran = [s.bs for s in sizes if not s.held and s.error is None]
     held = {s.bs: s.held for s in sizes if s.held}
     errors = [s for s in sizes if s.max_err is not None]
@@ -202,11 +210,15 @@ def _draft(setup: Setup, kind: str, device: str, unsafe: bool) -> Result:
     ran: list[int] = []
     held: dict[int, str] = {}
     wrong: list[str] = []
+    past: list[str] = []
     for bs in setup.capture_bs:
         width = int(draft.kv_indptr.shape[-1])
-        if width < bs * TOPK + 1 and kind == "upstream" and not unsafe:
-            held[bs] = f"writes past kv_indptr's last row ({width} entries, {bs * TOPK + 1} needed)"
-            continue
+        if width < bs * TOPK + 1:
+            short = f"writes past kv_indptr's last row ({width} entries, {bs * TOPK + 1} needed)"
+            if kind == "upstream" and not unsafe:
+                held[bs] = short
+                continue
+            past.append(f"batch {bs} {short}")
         reqs, lens = requests_for(bs, POOL, gen, _max_len(device))
         pad = bs - len(reqs)
         seq = torch.tensor(lens + [1] * pad, device=device)
@@ -236,15 +248,16 @@ def _draft(setup: Setup, kind: str, device: str, unsafe: bool) -> Result:
                 first = next(i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
                 wrong.append(f"batch {bs} step {step}: kv_indptr[{first}] = {got[first]}, "
                              f"{want[first]} expected")
+    ran_past = f"; ran past its buffers (--upstream-unsafe): {'; '.join(past)}" if past else ""
     if wrong:
         return Result("wrong", "; ".join(wrong[:3]) + (f" (+{len(wrong) - 3} more)"
-                      if len(wrong) > 3 else ""), None, ran, sorted(held))
+                      if len(wrong) > 3 else "") + ran_past, None, ran, sorted(held))
     if held:
         why = "; ".join(f"batch {bs}: {reason}" for bs, reason in sorted(held.items()))
         return Result("held back", f"batch {_span(ran)} right; held back {why}; run them with "
                       "--upstream-unsafe", None, ran, sorted(held))
     return Result("ok", f"batch {_span(ran)}: every step's kv_indptr right ({STEPS} steps, top-"
-                  f"{TOPK})", None, ran)
+                  f"{TOPK}){ran_past}", None, ran)
 
 
 @contextlib.contextmanager

@@ -107,6 +107,8 @@ class SizeOutcome:
     max_err: float | None = None
     held: str = ""
     """What the batch would read or write past (it did not run)."""
+    past: str = ""
+    """What the batch read or wrote past when it ran all the same (nothing held it)."""
     error: BaseException | None = None
 
 
@@ -139,9 +141,9 @@ def graph_sizes(case: Case, setup: Setup, backend: Any, device: str, seed: int, 
             if device != "cpu":
                 torch.cuda.synchronize(torch.device(device))
         except Exception as exc:
-            yield SizeOutcome(bs, len(reqs), error=exc)
+            yield SizeOutcome(bs, len(reqs), error=exc, past=short)
             return
-        yield SizeOutcome(bs, len(reqs), max_err=shape.error(out, q, reqs, lens))
+        yield SizeOutcome(bs, len(reqs), max_err=shape.error(out, q, reqs, lens), past=short)
 
 
 def eager_batch(case: Case, setup: Setup, backend: Any, device: str, seed: int, max_len: int,
@@ -172,8 +174,9 @@ def eager_batch(case: Case, setup: Setup, backend: Any, device: str, seed: int, 
         if device != "cpu":
             torch.cuda.synchronize(torch.device(device))
     except Exception as exc:
-        return SizeOutcome(bs, rows, error=exc)
-    return SizeOutcome(bs, rows, max_err=shape.error(out, q, reqs, lens) if rows else None)
+        return SizeOutcome(bs, rows, error=exc, past=short)
+    return SizeOutcome(bs, rows, max_err=shape.error(out, q, reqs, lens) if rows else None,
+                       past=short)
 
 
 def _pools_of(setup: Setup, fb: Any) -> None:

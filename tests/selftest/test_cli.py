@@ -115,6 +115,8 @@ def test_with_upstream_unsafe_the_held_back_batch_runs_and_shows_the_defect(
     assert row["upstream"]["held_back"] == []
     if row["upstream"]["outcome"] == "wrong":  # the rows overlap: step 0's last entry is lost
         assert "batch 34 step" in row["upstream"]["detail"], row
+        assert "ran past its buffers (--upstream-unsafe): batch 34 writes past kv_indptr's " \
+               "last row (34 entries, 35 needed)" in row["upstream"]["detail"], row
     assert row["aiter-ext"]["outcome"] == "ok"
     assert done.returncode == 0  # upstream's failures are shown, never the exit status
 

@@ -28,15 +28,16 @@ with setup.scope:
     fill_paged_requests(setup.runner, 33, page, seed=0)
     case = Case("ragged", "ragged", page, "graphs")
     for size in graph_sizes(case, setup, build_backend({kind!r}, setup), "cpu", seed=1,
-                            max_len=40, hold=lambda short: bool(short), capture=False):
+                            max_len=40, hold=lambda short: {hold}, capture=False):
         rows.append(dict(bs=size.bs, real=size.real_rows, err=size.max_err, held=size.held,
-                         error=repr(size.error) if size.error else None))
+                         past=size.past, error=repr(size.error) if size.error else None))
 print("RESULT " + json.dumps(dict(rows=rows, capture_bs=setup.capture_bs)))
 """
 
 
-def loop(kind: str, page: int) -> dict[str, Any]:
-    result = run_python(LOOP.format(kind=kind, page=page), env={"TRITON_INTERPRET": "1"})
+def loop(kind: str, page: int, hold: str = "bool(short)") -> dict[str, Any]:
+    result = run_python(LOOP.format(kind=kind, page=page, hold=hold),
+                        env={"TRITON_INTERPRET": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     data: dict[str, Any] = result.data
     return data
@@ -62,3 +63,11 @@ def test_upstreams_page_16_batch_above_the_pool_reads_past_kv_last_page_len() ->
     rows = {r["bs"]: r for r in loop("upstream", 16)["rows"]}
     assert "reads kv_last_page_len (33 entries, 34 needed)" in rows[34]["held"]
     assert all(r["held"] == "" and r["err"] < 2e-2 for bs, r in rows.items() if bs < 34), rows
+
+
+@pytest.mark.slow
+def test_a_batch_run_all_the_same_says_what_it_read_past() -> None:
+    rows = {r["bs"]: r for r in loop("upstream", 16, hold="False")["rows"]}
+    assert rows[34]["held"] == ""
+    assert "reads kv_last_page_len (33 entries, 34 needed)" in rows[34]["past"]
+    assert all(r["past"] == "" for bs, r in rows.items() if bs < 34), rows

@@ -24,15 +24,19 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ATTENTION_MARKERS", "CAPTURE_MODE", "DP_ATTENTION", "LORA_MARKER", "ReplayCheck",
+__all__ = ["ATTENTION_MARKERS", "CAPTURE_MODE", "DP_ATTENTION", "LORA_MARKER", "RUNTIME_CONTEXT",
+           "SAID", "ReplayCheck",
            "Seen", "replay_possible", "variant_marker"]
 
 CAPTURE_MODE = "sglang.srt.model_executor.runner_utils.capture_mode"
 DP_ATTENTION = "sglang.srt.layers.dp_attention"
+RUNTIME_CONTEXT = "sglang.srt.runtime_context"
 ATTENTION_MARKERS = ("get_capture_attention_variant",  # 0.5.20+ (layers/attention/graph_variants)
                      "get_capture_dsa_variant")  # 0.5.18-0.5.19 (the decode graph runner)
 LORA_MARKER = "get_capture_lora_variant"
 logger = logging.getLogger("sglang_aiter_plugin")
+SAID: set[str] = set()
+"""The outcomes (:class:`Seen`) this process has logged: each once, whichever fix met it."""
 
 
 def variant_marker(capture_mode: Any = None) -> str | None:
@@ -82,7 +86,6 @@ class ReplayCheck:
     def __init__(self, parallel_state: Any) -> None:
         self._parallel_state = parallel_state
         self._markers: tuple[Callable[[], Any], ...] | None = None
-        self._logged: set[str] = set()
 
     def _marked(self) -> tuple[Callable[[], Any], ...]:
         if self._markers is None:
@@ -115,17 +118,26 @@ class ReplayCheck:
         """Whether ``coordinator``'s ranks are not all in this rank's attention-TP group (which
         serves one DP rank's batch); unreadable: yes, the safe side."""
         try:
-            attention = self._parallel_state.get_attn_tp_group()
+            attention = self._attention_tp_group()
             return not set(coordinator.ranks) <= set(attention.ranks)
         except Exception:
             return True
+
+    def _attention_tp_group(self) -> Any:
+        """sglang's attention-TP group: its runtime context's (0.5.20+, where the module-level
+        getter is deprecated), else ``parallel_state.get_attn_tp_group()``."""
+        context = sys.modules.get(RUNTIME_CONTEXT)
+        try:
+            return context.get_parallel().attn_tp_group  # type: ignore[union-attr]
+        except Exception:
+            return self._parallel_state.get_attn_tp_group()
 
     def __call__(self, coordinator: Any, communicator: Any) -> bool:
         """Whether this capture must take the unregistered path for the condition (cheap where
         nothing is marked: one marker read, plus, until said once, the DP-attention check)."""
         variant = self.variant()
         if variant is None:
-            if Seen.ONE_GRAPH not in self._logged and self.dp_attention() \
+            if Seen.ONE_GRAPH not in SAID and self.dp_attention() \
                     and self.spans_dp_ranks(coordinator):
                 self.seen(coordinator, Seen.ONE_GRAPH, None)
             return False
@@ -139,9 +151,9 @@ class ReplayCheck:
 
     def seen(self, coordinator: Any, outcome: str, variant: Any) -> None:
         """Say what the condition meant for a capture, once per outcome in this process."""
-        if outcome in self._logged:
+        if outcome in SAID:
             return
-        self._logged.add(outcome)
+        SAID.add(outcome)
         where = f"group {_group_name(coordinator)}, which spans DP ranks under DP attention,"
         if outcome == Seen.ONE_GRAPH:
             logger.info("sglang-aiter-plugin: %s captures one graph per batch size (sglang marks "

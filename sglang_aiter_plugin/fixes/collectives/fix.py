@@ -11,13 +11,14 @@ of aiter's communicator whose registering calls are their unregistered forms (:d
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
 import os
 import sys
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sglang_aiter_plugin._patch import patched, wrap_once
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # the probe is imported where a fix decides: only on ROCm, on
 __all__ = ["PARALLEL_STATE", "UNREGISTERED", "CollectiveFix", "Decision", "Method", "Plan",
            "all_gather_unregistered", "all_reduce_unregistered", "calling_with",
            "communicator_view", "fused_unregistered", "is_installed", "plan_for",
-           "qknorm_unregistered", "reduce_scatter_unregistered"]
+           "qknorm_unregistered", "reduce_scatter_unregistered", "registration_off"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
 logger = logging.getLogger("sglang_aiter_plugin")
@@ -151,20 +152,28 @@ _REGISTRATION_OFF = (("enable_register_for_capturing", False),  # aiter's commun
                      ("tms_cudagraph", True))  # sglang's own (ROCm): registered=not tms_cudagraph
 
 
-def all_reduce_unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
-    """``custom_all_reduce`` with registration during capture off for this call: aiter's reads
-    its ``enable_register_for_capturing`` at each call (e4048607) and sglang's own captures with
-    ``registered=not tms_cudagraph``, so each copies the input into its pre-registered buffer.
-    The communicator's own attributes are put back after the call."""
+@contextlib.contextmanager
+def registration_off(comm: Any) -> Iterator[None]:
+    """The communicator's registration during capture off for the block (aiter's
+    ``enable_register_for_capturing``, sglang's own ``tms_cudagraph``, where it has them), put
+    back after: a call that reads them copies its input into the pre-registered buffer."""
     saved = {name: getattr(comm, name) for name, _ in _REGISTRATION_OFF if hasattr(comm, name)}
     try:
         for name, off in _REGISTRATION_OFF:
             if name in saved:
                 setattr(comm, name, off)
-        return comm.custom_all_reduce(*args, **kwargs)
+        yield
     finally:
         for name, value in saved.items():
             setattr(comm, name, value)
+
+
+def all_reduce_unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
+    """``custom_all_reduce`` with registration during capture off for this call: aiter's reads
+    its ``enable_register_for_capturing`` at each call (e4048607) and sglang's own captures with
+    ``registered=not tms_cudagraph``, so each copies the input into its pre-registered buffer."""
+    with registration_off(comm):
+        return comm.custom_all_reduce(*args, **kwargs)
 
 
 #: Each call of aiter's communicator (ROCm/aiter e4048607) that registers the caller's tensors
@@ -286,7 +295,11 @@ class CollectiveFix:
             comm = getattr(coordinator, "ca_comm", None)
             if comm is None or not getattr(comm, "_IS_CAPTURING", False):
                 return original(coordinator, *args, **kwargs)
-            return original(self.coordinator_for(coordinator, comm), *args, **kwargs)
+            target = self.coordinator_for(coordinator, comm)
+            if target is coordinator:
+                return original(coordinator, *args, **kwargs)
+            with registration_off(comm):  # also for calls that follow the communicator flag
+                return original(target, *args, **kwargs)
 
         return wrapper
 
@@ -332,7 +345,8 @@ class CollectiveFix:
         variants = replay_possible()
         counted = {name: self.counted(result, variants[0]) for name, result in found}
         needed = [(name, result) for name, result in found if counted[name]]
-        formless = sorted({c for _, r in needed for c in r.registering if c not in UNREGISTERED})
+        formless = sorted({c for _, r in needed if r.under[Condition.COMM_FLAG]  # flag ignored
+                           for c in r.registering if c not in UNREGISTERED})
         if formless:  # a wrapper could not take it off the registered path
             return self._decided(FixState.FAILED, f"{release}'s {names} register during capture "
                                  f"through aiter's {', '.join(formless)}, which has no "

@@ -154,11 +154,11 @@ def test_the_unregistered_all_reduce_puts_the_communicators_flag_back(flag: bool
 
     comm = RecordingCommunicator(capturing=True, register_flag=flag)
     torch_capturing = torch.cuda.is_current_stream_capturing
-    torch.cuda.is_current_stream_capturing = lambda: True  # type: ignore[assignment]
+    torch.cuda.is_current_stream_capturing = lambda: True
     try:
         all_reduce_unregistered(comm, torch.ones((1, 8)))
     finally:
-        torch.cuda.is_current_stream_capturing = torch_capturing  # type: ignore[assignment]
+        torch.cuda.is_current_stream_capturing = torch_capturing
     assert comm.calls == [("custom_all_reduce", False)] if flag is not None else [
         ("custom_all_reduce", True)]  # an aiter without the flag cannot be told
     assert getattr(comm, "enable_register_for_capturing", None) == flag

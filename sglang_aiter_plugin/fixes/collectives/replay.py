@@ -18,10 +18,10 @@ cannot be read counts as the condition (the safe side). Nothing here runs outsid
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 __all__ = ["ATTENTION_MARKERS", "CAPTURE_MODE", "DP_ATTENTION", "LORA_MARKER", "RUNTIME_CONTEXT",
@@ -41,12 +41,18 @@ SAID: set[str] = set()
 
 def variant_marker(capture_mode: Any = None) -> str | None:
     """The name of the function through which the installed sglang marks the attention graph
-    variant it captures, or ``None`` where it captures one graph per batch size. ``ImportError``
-    where sglang's capture-mode module cannot be imported now."""
-    if capture_mode is None:
-        capture_mode = importlib.import_module(CAPTURE_MODE)
-    return next((name for name in ATTENTION_MARKERS if callable(getattr(capture_mode, name,
-                                                                        None))), None)
+    variant it captures, or ``None`` where it captures one graph per batch size: read from the
+    module where it is imported (or given), else from its source beside sglang's ``srt``
+    package, without importing it (its imports ask the GPU questions). ``OSError`` where
+    neither can be read."""
+    module = capture_mode if capture_mode is not None else sys.modules.get(CAPTURE_MODE)
+    if module is not None:
+        return next((name for name in ATTENTION_MARKERS
+                     if callable(getattr(module, name, None))), None)
+    relative = Path(*CAPTURE_MODE.split(".")[2:]).with_suffix(".py")
+    sources = [Path(root) / relative for root in sys.modules["sglang.srt"].__path__]
+    text = next((s.read_text(encoding="utf-8") for s in sources if s.is_file()), "")
+    return next((name for name in ATTENTION_MARKERS if f"\ndef {name}(" in text), None)
 
 
 def replay_possible(capture_mode: Any = None) -> tuple[bool, str]:

@@ -26,9 +26,7 @@ _FALSE = ("0", "false", "no", "off")
 
 #: Names that were fixes once, and why nothing replaces them: listed in :data:`DISABLE_VAR` they
 #: are accepted and noted, never an unknown fix.
-RETIRED_FIXES: dict[str, str] = {
-    "capture-all-reduce": "sglang honours every capture condition for the all-reduce itself",
-}
+RETIRED_FIXES: dict[str, str] = {}
 
 
 class Switches(NamedTuple):

@@ -12,15 +12,16 @@ from packaging.version import Version
 from sglang_aiter_plugin.fixes.collectives import FIXES
 from sglang_aiter_plugin.fixes.collectives.probe import Condition
 
-__all__ = ["FIRST_WITH_PATH", "FIRST_WITH_PIECEWISE_FUSED", "FIRST_WITH_QUANT", "METHOD_FIXES",
-           "NEWEST_KNOWN", "has_path", "has_quant", "honoured_upstream"]
+__all__ = ["FIRST_WITH_PATH", "FIRST_WITH_PIECEWISE_FUSED", "FIRST_WITH_QUANT",
+           "FIRST_WITH_VARIANTS", "METHOD_FIXES", "NEWEST_KNOWN", "has_path", "has_quant",
+           "has_variants", "honoured_upstream"]
 
 METHOD_FIXES: dict[str, str] = {m.name: fix.name for fix in FIXES for m in fix.methods}
 """Each ``GroupCoordinator`` method a collective fix wraps -> that fix's name, from the fixes."""
 
 NEWEST_KNOWN = Version("0.5.23")
 FIRST_WITH_PATH = {
-    "all-reduce": Version("0.5.11"),  # no fix: sglang honours TMS and the flag
+    "capture-all-reduce": Version("0.5.11"),  # sglang honours TMS and the flag itself
     "capture-all-gather": Version("0.5.13"),
     "capture-reduce-scatter": Version("0.5.15"),
     "capture-fused-ar-rmsnorm": Version("0.5.11"),
@@ -28,6 +29,9 @@ FIRST_WITH_PATH = {
 FIRST_WITH_QUANT = Version("0.5.17")
 """``fused_allreduce_rmsnorm_quant_per_group`` (its ``transpose_scale`` parameter from 0.5.19)."""
 FIRST_WITH_PIECEWISE_FUSED = Version("0.5.13")
+FIRST_WITH_VARIANTS = Version("0.5.18")
+"""Several decode graphs per batch size on HIP (DSA dense/sparse: 0.5.18-0.5.19 marked by
+``get_capture_dsa_variant``, 0.5.20+ by ``get_capture_attention_variant``)."""
 """``fused_allreduce_rmsnorm``'s own piecewise-graph branch (``fused_ar_rms(registered=False)``)."""
 
 _TMS, _COPY_IN, _FLAG = Condition.TMS, Condition.COPY_IN, Condition.COMM_FLAG
@@ -45,10 +49,14 @@ def has_quant(v: Version) -> bool:
     return _release(v) >= FIRST_WITH_QUANT
 
 
+def has_variants(v: Version) -> bool:
+    return _release(v) >= FIRST_WITH_VARIANTS
+
+
 def honoured_upstream(fix: str, v: Version) -> frozenset[Condition]:
     """Conditions under which sglang ``v`` itself captures ``fix``'s collective unregistered."""
     r = _release(v)
-    if fix == "all-reduce":
+    if fix in ("all-reduce", "capture-all-reduce"):
         return frozenset({_TMS, _FLAG})  # copy-in is not defined for all-reduce
     if fix == "capture-fused-ar-rmsnorm":
         return frozenset()

@@ -3,7 +3,8 @@
 The fixes decide by probing (the probes simulate the ROCm host themselves), so the verdict a ROCm
 process would log can be computed on any machine: the compatibility matrix and the tripwire
 tests read it here. ``python -m testkit.collective_verdicts`` prints it as JSON, with the
-all-reduce's (``not needed`` where sglang honours every condition, :mod:`.all_reduce_capture`).
+all-reduce tripwire's (``not needed`` where sglang's all-reduce honours TMS and the communicator
+flag itself, :mod:`.all_reduce_capture`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from testkit.all_reduce_capture import registering
 
 __all__ = ["LABELS", "all_reduce", "short", "verdicts"]
 
-LABELS = {Condition.TMS: "TMS", Condition.COPY_IN: "copy-in", Condition.COMM_FLAG: "flag"}
+LABELS = {Condition.TMS: "TMS", Condition.COPY_IN: "copy-in", Condition.COMM_FLAG: "flag",
+          Condition.REPLAY: "replay"}
 
 
 def short(decision: Decision) -> str:
-    """A table cell: ``applied (TMS, copy-in, flag)``, ``not needed``, ``skipped``."""
+    """A table cell: ``applied (TMS, copy-in, flag, replay)``, ``not needed``, ``skipped``."""
     if decision.status.state is not FixState.APPLIED:
         return str(decision.status.state)
     return f"applied ({', '.join(LABELS[c] for c in decision.ignored)})"
@@ -39,7 +41,8 @@ def verdicts() -> dict[str, Decision]:
 
 
 def all_reduce() -> dict[str, str]:
-    """The all-reduce's verdict, as a fix's: ``not needed``, or where it registers."""
+    """The all-reduce tripwire's verdict: ``not needed`` (sglang honours TMS and the
+    communicator flag), or where it registers despite one."""
     try:
         found = registering()
     except Exception as exc:
@@ -48,7 +51,7 @@ def all_reduce() -> dict[str, str]:
     if found:
         return {"state": "registers", "short": "registers", "detail": "; ".join(found)}
     return {"state": "not needed", "short": "not needed",
-            "detail": "sglang captures all-reduce unregistered under every condition"}
+            "detail": "sglang captures all-reduce unregistered under TMS and the communicator flag"}
 
 
 if __name__ == "__main__":

@@ -14,12 +14,18 @@ own classes or modules in place and puts them back on exit.
   calls it at eager init, sized for the eager runner's union maximum, no longer from the graph
   runner;
 * :func:`plugins_loaded_in_post_init`: sglang#38464 (open) calls ``load_plugins()`` at the start
-  of ``ServerArgs.__post_init__`` (and in every spawned process).
+  of ``ServerArgs.__post_init__`` (and in every spawned process);
+* :func:`registration_off_for_dsa_dp`: sglang#36088 (open) turns registration during capture off
+  in its communicator dispatch, for aiter's and sglang's own custom all-reduce, under
+  torch_memory_saver and when DP attention is on with the ``dsa`` decode attention backend;
+* :func:`no_dual_graphs_under_dp_attention`: sglang#36079 (open) stops capturing the DSA
+  dense/sparse graph pair on HIP when DP attention is on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import sys
 import types
@@ -28,8 +34,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["WORKSPACE_MODULE", "init_backends", "plugins_loaded_in_post_init",
-           "static_metadata_buffers", "unified_page_table_filled", "workspace_helper"]
+__all__ = ["WORKSPACE_MODULE", "init_backends", "no_dual_graphs_under_dp_attention",
+           "plugins_loaded_in_post_init", "registration_off_for_dsa_dp", "static_metadata_buffers",
+           "unified_page_table_filled", "workspace_helper"]
 
 WORKSPACE_MODULE = "sglang.srt.layers.attention.aiter_workspace"
 
@@ -211,3 +218,99 @@ def _loading_plugins_first(self: Any) -> Any:
     """The body :func:`plugins_loaded_in_post_init` gives ``ServerArgs.__post_init__``."""
     _upstream_next_load_plugins()  # type: ignore[name-defined]  # noqa: F821
     return _upstream_next_post_init(self)  # type: ignore[name-defined]  # noqa: F821
+
+
+# ---------------------------------------------------------------- sglang#36088
+
+
+def _dp_attention_on() -> bool:
+    from sglang.srt.layers.dp_attention import is_dp_attention_enabled
+
+    return bool(is_dp_attention_enabled())
+
+
+@contextlib.contextmanager
+def registration_off_for_dsa_dp() -> Iterator[Callable[[], bool]]:
+    """sglang#36088's policy in ``custom_all_reduce.py``: registration during capture is off
+    under ``SGLANG_MEMORY_SAVER_CUDA_GRAPH`` and when DP attention is on and the decode attention
+    backend (``runtime_context.attention_backends()[1]``) is ``dsa``; ``dispatch_custom_allreduce``
+    passes it to aiter's ``CustomAllreduce`` as ``enable_register_for_capturing``, and sglang's
+    own ``CustomAllreduce`` takes the same keyword and captures registered only where it allows.
+    Yields the policy (what the communicators of a process built now get)."""
+    from sglang.srt import runtime_context
+    from sglang.srt.distributed.device_communicators import custom_all_reduce as car
+
+    def capture_registration_enabled() -> bool:
+        if car.envs.SGLANG_MEMORY_SAVER_CUDA_GRAPH.get():
+            return False
+        return not (_dp_attention_on() and runtime_context.attention_backends()[1] == "dsa")
+
+    dispatch = vars(car)["dispatch_custom_allreduce"]
+    own = car.CustomAllreduce
+
+    def dispatch_custom_allreduce(group: Any, device: Any) -> Any:
+        chosen = dispatch(group, device)
+        flag = capture_registration_enabled()
+        if isinstance(chosen, functools.partial):
+            return functools.partial(chosen.func, *chosen.args,
+                                     **{**chosen.keywords, "enable_register_for_capturing": flag})
+        if chosen is own:
+            return functools.partial(own, enable_register_for_capturing=flag)
+        return chosen
+
+    init, capture_all_reduce = vars(own)["__init__"], vars(own)["custom_all_reduce"]
+
+    def __init__(self: Any, *args: Any, enable_register_for_capturing: bool = True,
+                 **kwargs: Any) -> None:
+        self.enable_register_for_capturing = enable_register_for_capturing
+        init(self, *args, **kwargs)
+
+    def custom_all_reduce(self: Any, input: Any) -> Any:
+        if getattr(self, "enable_register_for_capturing", True):
+            return capture_all_reduce(self, input)
+        tms = self.tms_cudagraph  # sglang's own capture path: registered=not tms_cudagraph
+        self.tms_cudagraph = True
+        try:
+            return capture_all_reduce(self, input)
+        finally:
+            self.tms_cudagraph = tms
+
+    with _replaced(car, {"dispatch_custom_allreduce": dispatch_custom_allreduce}), \
+            _replaced(own, {"__init__": __init__, "custom_all_reduce": custom_all_reduce}):
+        yield capture_registration_enabled
+
+
+# ---------------------------------------------------------------- sglang#36079
+
+
+@contextlib.contextmanager
+def no_dual_graphs_under_dp_attention() -> Iterator[None]:
+    """sglang#36079: with DP attention on, the decode graph runner captures one graph per batch
+    size for DSA models on HIP. 0.5.20+: ``create_attention_graph_variants`` gives ``None`` then
+    (in its module and where the decode graph runner imported it); 0.5.18-0.5.19:
+    ``DecodeCudaGraphRunner.__init__`` leaves ``dsa_dual_graph`` off."""
+    from sglang.srt.model_executor.runner import decode_cuda_graph_runner as runner
+
+    create = getattr(runner, "create_attention_graph_variants", None)
+    if create is not None:
+        from sglang.srt.layers.attention import graph_variants
+
+        def create_attention_graph_variants(hf_config: Any) -> Any:
+            return None if _dp_attention_on() else create(hf_config)
+
+        with _replaced(graph_variants, {"create_attention_graph_variants":
+                                        create_attention_graph_variants}), \
+                _replaced(runner, {"create_attention_graph_variants":
+                                   create_attention_graph_variants}):
+            yield
+        return
+    cls = runner.DecodeCudaGraphRunner
+    init = vars(cls)["__init__"]
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if _dp_attention_on():
+            self.dsa_dual_graph = False
+
+    with _replaced(cls, {"__init__": __init__}):
+        yield

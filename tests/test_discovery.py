@@ -45,7 +45,8 @@ def test_sglang_load_plugins_discovers_and_runs_the_plugin() -> None:
     assert data["factory"] == "sglang_aiter_plugin.fixes.attention_backend.sites"
     assert data["aiter_wraps"] == "sglang.srt.layers.attention.attention_registry"
     names = [s["name"] for s in data["statuses"]]
-    assert names == ["attention-backend", "capture-all-gather", "capture-reduce-scatter",
+    assert names == ["attention-backend", "capture-all-reduce", "capture-all-gather",
+                     "capture-reduce-scatter",
                      "capture-fused-ar-rmsnorm"]  # only the fixes that can act
     # once sglang imported its registry the fix is complete, and says so
     assert data["statuses"][0]["state"] == "applied"
@@ -57,7 +58,7 @@ def test_sglang_load_plugins_discovers_and_runs_the_plugin() -> None:
     assert "attention-backend=pending" in lines[at]
     assert "when sglang imports sglang.srt.layers.attention.attention_registry" in lines[at]
     assert "capture-fused-ar-rmsnorm=skipped (not a ROCm (HIP) platform" in lines[at]
-    assert "capture-all-reduce" not in lines[at]
+    assert "capture-all-reduce=skipped (not a ROCm (HIP) platform" in lines[at]
     # then one line with the final outcome, when sglang imports the module
     final = [ln for ln in lines[at + 1:] if "sglang-aiter-plugin: attention-backend=" in ln]
     assert len(final) == 1

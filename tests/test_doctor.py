@@ -77,7 +77,8 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
         assert checks["aiter"]["level"] == "warn"  # nobody selected aiter-ext
     # doctor imports what sglang imports at launch, so the fix's final outcome shows
     assert checks["fix attention-backend"]["summary"].startswith("applied")
-    fixes = ("capture-all-gather", "capture-reduce-scatter", "capture-fused-ar-rmsnorm")
+    fixes = ("capture-all-reduce", "capture-all-gather", "capture-reduce-scatter",
+             "capture-fused-ar-rmsnorm")
     for fix in fixes:  # off ROCm: installs nothing, and says so
         assert checks[f"fix {fix}"]["summary"].startswith("skipped: not a ROCm (HIP) platform")
     assert [n for n in checks if n.startswith("fix ")] == [  # only the fixes that can act
@@ -393,16 +394,17 @@ def test_a_release_without_a_plugin_loader_is_named() -> None:
 
 @pytest.mark.parametrize("also", ["", ",bogus"])
 def test_a_retired_fix_name_is_noted_once_in_the_switches_rows_and_fails_nothing(
-        also: str) -> None:
-    from sglang_aiter_plugin._switches import read_switches
+        also: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sglang_aiter_plugin import _switches
 
+    monkeypatch.setattr(_switches, "RETIRED_FIXES", {"capture-old": "sglang does it itself"})
     report = _doctor.Report()
-    env = {"SGLANG_AITER_EXT_DISABLE": f"capture-all-reduce{also}"}
-    _doctor._check_switches(report, read_switches(["attention-backend"], env))
+    env = {"SGLANG_AITER_EXT_DISABLE": f"capture-old{also}"}
+    _doctor._check_switches(report, _switches.read_switches(["attention-backend"], env))
     rows = [c for c in report.checks if c.name == "switches"]
-    assert sum(c.summary.count("capture-all-reduce") for c in rows) == 1
-    noted = next(c for c in rows if "capture-all-reduce" in c.summary)
-    assert "capture-all-reduce (in SGLANG_AITER_EXT_DISABLE) is no longer a fix" in noted.summary
+    assert sum(c.summary.count("capture-old") for c in rows) == 1
+    noted = next(c for c in rows if "capture-old" in c.summary)
+    assert "capture-old (in SGLANG_AITER_EXT_DISABLE) is no longer a fix" in noted.summary
     assert "nothing to disable" in noted.summary
     if also:  # the unknown name fails, the retired one does not
         assert [c.level for c in rows] == ["FAIL", "info"]

@@ -73,20 +73,39 @@ def test_huge_values_give_short_problems() -> None:
     assert max(len(enable), len(disable)) < 400
 
 
-def test_a_retired_fix_name_is_accepted_and_noted_once() -> None:
-    """``capture-all-reduce`` was a fix once: a user who still lists it did nothing wrong."""
-    s = read_switches(KNOWN, {"SGLANG_AITER_EXT_DISABLE": "capture-all-reduce, capture-all-reduce"})
+@pytest.fixture
+def retired(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fix name retired with a reason (none is retired today: ``capture-all-reduce``, retired
+    once, is a fix again)."""
+    from sglang_aiter_plugin import _switches
+
+    monkeypatch.setattr(_switches, "RETIRED_FIXES", {"capture-old": "sglang does it itself"})
+    return "capture-old"
+
+
+def test_a_retired_fix_name_is_accepted_and_noted_once(retired: str) -> None:
+    """A name that was a fix once: a user who still lists it did nothing wrong."""
+    s = read_switches(KNOWN, {"SGLANG_AITER_EXT_DISABLE": f"{retired}, {retired}"})
     assert not s.problems
     assert s.disabled_fixes == frozenset()
     (note,) = s.notes
-    assert note == ("capture-all-reduce (in SGLANG_AITER_EXT_DISABLE) is no longer a fix: sglang "
-                    "honours every capture condition for the all-reduce itself, so there is "
-                    "nothing to disable")
+    assert note == (f"{retired} (in SGLANG_AITER_EXT_DISABLE) is no longer a fix: sglang does "
+                    "it itself, so there is nothing to disable")
 
 
-def test_a_retired_fix_name_beside_an_unknown_one_leaves_only_the_unknown_a_problem() -> None:
-    s = read_switches(KNOWN, {"SGLANG_AITER_EXT_DISABLE": "capture-all-reduce,bogus"})
+def test_a_retired_fix_name_beside_an_unknown_one_leaves_only_the_unknown_a_problem(
+        retired: str) -> None:
+    s = read_switches(KNOWN, {"SGLANG_AITER_EXT_DISABLE": f"{retired},bogus"})
     (problem,) = s.problems
     assert "unknown fix 'bogus'" in problem
-    assert "capture-all-reduce" not in problem
+    assert retired not in problem
     assert len(s.notes) == 1
+
+
+def test_capture_all_reduce_is_a_fix_again() -> None:
+    from sglang_aiter_plugin._switches import RETIRED_FIXES
+
+    assert "capture-all-reduce" not in RETIRED_FIXES
+    s = read_switches([*KNOWN, "capture-all-reduce"],
+                      {"SGLANG_AITER_EXT_DISABLE": "capture-all-reduce"})
+    assert (s.problems, s.notes, s.disabled_fixes) == ((), (), frozenset({"capture-all-reduce"}))

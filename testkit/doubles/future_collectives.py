@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 __all__ = ["all_gather_honouring_every_switch", "all_gather_into_aiters_output",
-           "all_gather_through_custom_all_gather", "fused_calling_mxfp4_quant",
+           "all_gather_through_custom_all_gather", "fused_always_registered",
+           "fused_calling_mxfp4_quant",
            "fused_calling_per_token_quant", "fused_honouring_every_switch", "qknorm_allreduce",
            "qknorm_rope_allreduce", "quant_honouring_every_switch",
            "reduce_scatter_honouring_every_switch", "with_an_extra_parameter"]
@@ -172,3 +173,14 @@ def all_gather_into_aiters_output(self: Any, output: Any, input: Any) -> None:
         output.copy_(comm.all_gather_reg(input, dim=0))
     else:
         output.copy_(comm.all_gather_unreg(input, dim=0))
+
+
+def fused_always_registered(self: Any, input_: Any, residual_inp_: Any, weight_: Any,
+                            eps: float) -> Any:
+    """A fused all-reduce that hands aiter's ``fused_ar_rms`` ``registered=True`` during a
+    capture, whatever the switches or the communicator flag say."""
+    comm = self.ca_comm
+    if comm is None or getattr(comm, "disabled", True):
+        return None
+    capturing = comm._IS_CAPTURING and torch.cuda.is_current_stream_capturing()
+    return comm.fused_ar_rms(input_, residual_inp_, w=weight_, eps=eps, registered=capturing)

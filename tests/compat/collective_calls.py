@@ -70,7 +70,7 @@ def _render(results: list[dict[str, Any]], command: str, date: str) -> str:
         "(`sglang_aiter_plugin/fixes/collectives/calls.py`, also `doctor`'s `collectives` row),",
         "and why the plugin knows each: a call that may register the caller's tensors during a",
         "CUDA-graph capture is known only where a collective fix probes its method and has the",
-        "call's unregistered form (or it is sglang's all-reduce). `registered=`: the literal the",
+        "call's unregistered form (sglang's all-reduce too). `registered=`: the literal the",
         "call passes, where it passes one.",
         "",
         "## Summary",

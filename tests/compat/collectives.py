@@ -1,9 +1,9 @@
 """The compatibility matrix's collective columns: each collective fix's verdict for one release.
 
 The verdict is what a ROCm process with that release would report (the fixes probe as on ROCm,
-so this runs anywhere): ``applied (TMS, copy-in, flag)`` names the switches the plugin adds,
-``not needed``, ``skipped`` (no AITER path in that release), ``failed``; for all-reduce, which
-has no fix, ``not needed`` or ``registers``.
+so this runs anywhere): ``applied (TMS, copy-in, flag, replay)`` names the conditions the plugin
+adds (``replay``: ranks that may replay different graphs), ``not needed``, ``skipped`` (no AITER
+path in that release), ``failed``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ __all__ = ["COLUMNS", "collective_verdicts"]
 ROOT = Path(__file__).resolve().parents[2]
 #: fix name -> matrix column
 COLUMNS = {
-    "all-reduce": "all-reduce verdict",  # no fix: "not needed" while sglang honours every one
+    "capture-all-reduce": "all-reduce verdict",
     "capture-all-gather": "all-gather verdict",
     "capture-reduce-scatter": "reduce-scatter verdict",
     "capture-fused-ar-rmsnorm": "fused AR+RMSNorm verdict",

@@ -4,22 +4,62 @@ While a stream captures, aiter's *registered* collectives read the caller's tens
 IPC-export their pointers when the capture ends; graph memory that cannot be exported
 (torch_memory_saver under ``SGLANG_MEMORY_SAVER_CUDA_GRAPH=1``, PyTorch expandable segments)
 aborts the process with ``invalid device pointer`` (and sglang 0.5.22 reports stale peer data on
-replay, its reason for ``SGLANG_AITER_CAPTURE_COPY_IN=1``). Each fix below is a pluggy plugin
-object (its docstring is its ledger): it probes the installed sglang (:mod:`.probe`) and adds only
-the capture conditions sglang ignores (:mod:`.fix`). All-reduce has no fix: every supported release
-already captures it unregistered under each condition (``tests/fixes/collectives/test_tripwires.py``
-fails on a release that does not).
+replay, its reason for ``SGLANG_AITER_CAPTURE_COPY_IN=1``). Where the ranks of a group may replay
+different graphs (graph variants under DP attention, :mod:`.replay`), a registered collective reads
+peer buffers that are not live (sglang#36071). Each fix below is a pluggy plugin object (its
+docstring is its ledger): it probes the installed sglang (:mod:`.probe`) and adds only the capture
+conditions sglang ignores (:mod:`.fix`). The all-reduce's fix takes on only copy-in and the ranks
+replaying different graphs: sglang honours TMS and the communicator flag for it
+(``tests/fixes/collectives/test_tripwires.py`` fails on a release that does not).
 """
 
 from __future__ import annotations
 
+from sglang_aiter_plugin.fixes.collectives.all_reduce import AllReduceFix
 from sglang_aiter_plugin.fixes.collectives.fix import CollectiveFix, Method, calling_with
 
-__all__ = ["ALL_GATHER", "FIXES", "FUSED_AR_RMSNORM", "REDUCE_SCATTER"]
+__all__ = ["ALL_GATHER", "ALL_REDUCE", "FIXES", "FUSED_AR_RMSNORM", "REDUCE_SCATTER"]
 
 _FUSED = ("self", "input_", "residual_inp_", "weight_", "eps")
 _QUANT = (*_FUSED, "group_size", "emit_bf16")
 _HIDDEN = 128  # a multiple of the per-group quant's group size
+
+ALL_REDUCE = AllReduceFix(
+    "capture-all-reduce", "all-reduce", invoke=calling_with((1, 8), then=("ca",)),
+    methods=(Method("_all_reduce_out_place", (("self", "input_", "outplace_all_reduce_method"),)),),
+    ledger="""\
+Fix ``capture-all-reduce``: no registered all-reduce in a graph its ranks may replay apart.
+
+Patches:
+    ``sglang.srt.distributed.parallel_state:GroupCoordinator._all_reduce_out_place``
+Why:
+    On HIP sglang captures several decode graphs per batch size for DSA models (dense and sparse,
+    0.5.18+; DeepSeek V4.1's candidate graphs on gfx95, 0.5.22+) and each rank picks one from
+    its own batch. Under DP attention the ranks of a group spanning DP ranks may replay different
+    graphs at one step; a custom all-reduce captured on the registered path bakes in the peers'
+    buffer addresses of its own graph's capture, so a rank replaying the other graph reads peer
+    buffers that are not live: NaN logits, token 0 repeated (sglang#36071). sglang's all-reduce
+    follows the communicator flag, which sglang turns off under TMS only; it never reads
+    ``SGLANG_AITER_CAPTURE_COPY_IN``, which users set against the same stale-peer hazard.
+How:
+    Where sglang captures graph variants, or copy-in is requested, a wrapper hands a capture in
+    which sglang marks a graph variant under DP attention in a group spanning DP ranks (or any
+    capture under copy-in) a communicator whose ``custom_all_reduce`` runs with registration off
+    for that call (aiter's ``enable_register_for_capturing``, sglang's own ``tms_cudagraph``):
+    the input goes through the communicator's pre-registered buffer, the same in every graph.
+    An attention-TP group keeps the registered path; other calls stay sglang's own.
+Upstream PR:
+    sgl-project/sglang#36088 (open: registration during capture off for DP attention with the
+    ``dsa`` decode backend, in sglang's communicator dispatch; the wrapper then finds the flag
+    off and leaves the capture to sglang) and sgl-project/sglang#36079 (open: no dual graphs on
+    HIP + DSA + DP attention; nothing is marked, nothing to do).
+Remove when:
+    The oldest supported sglang captures no graph variants under DP attention, or turns
+    registration off for them, and honours copy-in for the all-reduce (the tripwire test
+    ``tests/fixes/collectives/test_tripwires.py`` then says so).
+""",
+    how="a wrapper makes those captures run custom_all_reduce with registration off",
+)
 
 ALL_GATHER = CollectiveFix(
     "capture-all-gather", "all-gather", invoke=calling_with((2, 8), (1, 8)),
@@ -119,4 +159,4 @@ Remove when:
 )
 
 #: In the order they are applied and reported (as in ``sglang_aiter_plugin.fixes.BUILTIN_FIXES``).
-FIXES = (ALL_GATHER, REDUCE_SCATTER, FUSED_AR_RMSNORM)
+FIXES = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, FUSED_AR_RMSNORM)

@@ -3,11 +3,10 @@ its source (each ``ca_comm.<name>(...)`` site), and whether the plugin knows it.
 
 A call is known when it registers nothing during a capture (a gate or the capture context,
 :data:`.probe.NO_COLLECTIVE`; ``False`` in :data:`.probe.AITER_CALLS`, or ``registered=False``
-passed as such), when it is sglang's all-reduce (:data:`ALL_REDUCE`: it follows aiter's flag,
-which sglang turns off under TMS), when aiter's communicator has no such method
-(:data:`NOT_AITERS`), or when a collective fix probes the method and has the call's unregistered
-form. Any other call may register the caller's tensors during a capture with nothing to take it
-off that path: ``doctor`` warns with its site.
+passed as such), when aiter's communicator has no such method (:data:`NOT_AITERS`), or when a
+collective fix probes the method and has the call's unregistered form (sglang's all-reduce,
+:data:`ALL_REDUCE`, among them). Any other call may register the caller's tensors during a
+capture with nothing to take it off that path: ``doctor`` warns with its site.
 """
 
 from __future__ import annotations
@@ -22,7 +21,8 @@ from sglang_aiter_plugin.fixes.collectives.probe import AITER_CALLS, NO_COLLECTI
 __all__ = ["ALL_REDUCE", "NOT_AITERS", "CommunicatorCall", "communicator_calls", "known_as"]
 
 ALL_REDUCE = ("_all_reduce_out_place", "custom_all_reduce")
-"""sglang's all-reduce (method, call): no fix, a tripwire test per release."""
+"""sglang's all-reduce (method, call): ``capture-all-reduce`` probes it; TMS and the communicator
+flag are sglang's (a tripwire test per release)."""
 NOT_AITERS = ("fused_allreduce_rmsnorm",)
 """What sglang calls on ``ca_comm`` that aiter's communicator (ROCm/aiter e4048607) does not
 define (sglang asks ``hasattr`` first: a communicator-native fused API)."""
@@ -80,8 +80,6 @@ def known_as(call: CommunicatorCall, fixes: Iterable[CollectiveFix]) -> str | No
     if aiter is not None and (aiter.registers is False
                               or (aiter.registers == "given" and call.registered is False)):
         return "registers nothing during a capture"
-    if (call.method, call.name) == ALL_REDUCE:
-        return "sglang's all-reduce: aiter's flag, off under TMS (no fix needed)"
     if call.name in NOT_AITERS:
         return "not a method of aiter's communicator"
     for fix in fixes:

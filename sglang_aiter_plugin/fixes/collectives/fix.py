@@ -11,13 +11,14 @@ of aiter's communicator whose registering calls are their unregistered forms (:d
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
 import os
 import sys
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sglang_aiter_plugin._patch import patched, wrap_once
@@ -34,8 +35,9 @@ if TYPE_CHECKING:  # the probe is imported where a fix decides: only on ROCm, on
     from sglang_aiter_plugin.fixes.collectives.probe import Condition, Invoke, ProbeResult
 
 __all__ = ["PARALLEL_STATE", "UNREGISTERED", "CollectiveFix", "Decision", "Method", "Plan",
-           "all_gather_unregistered", "calling_with", "communicator_view", "fused_unregistered",
-           "is_installed", "plan_for", "qknorm_unregistered", "reduce_scatter_unregistered"]
+           "all_gather_unregistered", "all_reduce_unregistered", "calling_with",
+           "communicator_view", "fused_unregistered", "is_installed", "plan_for",
+           "qknorm_unregistered", "reduce_scatter_unregistered", "registration_off"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
 logger = logging.getLogger("sglang_aiter_plugin")
@@ -43,24 +45,32 @@ logger = logging.getLogger("sglang_aiter_plugin")
 
 class Plan(NamedTuple):
     """The conditions sglang ignores, as a wrapper checks them during a capture: ``copy_in``
-    (read at start-up), ``tms`` (sglang's ``envs`` field, read per call), ``comm_flag``."""
+    (read at start-up), ``tms`` (sglang's ``envs`` field, read per call), ``comm_flag``,
+    ``replay`` (:class:`~.replay.ReplayCheck`: whether the group's ranks may replay different
+    graphs, read per call from what sglang is capturing)."""
 
     copy_in: bool = False
     tms: Any = None
     comm_flag: bool = False
+    replay: Callable[[Any, Any], bool] | None = None
 
-    def unregistered(self, communicator: Any) -> bool:
-        """Whether this capture must not register the caller's tensors."""
+    def unregistered(self, communicator: Any, coordinator: Any = None) -> bool:
+        """Whether this capture (in ``coordinator``'s group) must not register the caller's
+        tensors."""
         if self.copy_in:
             return True
         if self.comm_flag and not getattr(communicator, "enable_register_for_capturing", True):
             return True
-        return self.tms is not None and bool(self.tms.get())
+        if self.tms is not None and bool(self.tms.get()):
+            return True
+        return self.replay is not None and self.replay(coordinator, communicator)
 
 
 def plan_for(ignored: tuple[Condition, ...], envs: Any,
-             environ: Mapping[str, str] | None = None) -> Plan:
-    """The plan for the conditions sglang ignores; copy-in as sglang reads it (once, ``"1"``)."""
+             environ: Mapping[str, str] | None = None,
+             replay: Callable[[Any, Any], bool] | None = None) -> Plan:
+    """The plan for the conditions sglang ignores; copy-in as sglang reads it (once, ``"1"``);
+    ``replay``: the check for :attr:`~.probe.Condition.REPLAY`, where that is ignored."""
     from sglang_aiter_plugin.fixes.collectives.probe import COPY_IN_ENV, TMS_ENV, Condition
 
     env = os.environ if environ is None else environ
@@ -68,6 +78,7 @@ def plan_for(ignored: tuple[Condition, ...], envs: Any,
         copy_in=Condition.COPY_IN in ignored and env.get(COPY_IN_ENV, "0") == "1",
         tms=getattr(envs, TMS_ENV) if Condition.TMS in ignored else None,
         comm_flag=Condition.COMM_FLAG in ignored,
+        replay=replay if Condition.REPLAY in ignored else None,
     )
 
 
@@ -137,10 +148,39 @@ def qknorm_unregistered(method: str) -> Callable[..., Any]:
     return unregistered
 
 
+_REGISTRATION_OFF = (("enable_register_for_capturing", False),  # aiter's communicator
+                     ("tms_cudagraph", True))  # sglang's own (ROCm): registered=not tms_cudagraph
+
+
+@contextlib.contextmanager
+def registration_off(comm: Any) -> Iterator[None]:
+    """The communicator's registration during capture off for the block (aiter's
+    ``enable_register_for_capturing``, sglang's own ``tms_cudagraph``, where it has them), put
+    back after: a call that reads them copies its input into the pre-registered buffer."""
+    saved = {name: getattr(comm, name) for name, _ in _REGISTRATION_OFF if hasattr(comm, name)}
+    try:
+        for name, off in _REGISTRATION_OFF:
+            if name in saved:
+                setattr(comm, name, off)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(comm, name, value)
+
+
+def all_reduce_unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
+    """``custom_all_reduce`` with registration during capture off for this call: aiter's reads
+    its ``enable_register_for_capturing`` at each call (e4048607) and sglang's own captures with
+    ``registered=not tms_cudagraph``, so each copies the input into its pre-registered buffer."""
+    with registration_off(comm):
+        return comm.custom_all_reduce(*args, **kwargs)
+
+
 #: Each call of aiter's communicator (ROCm/aiter e4048607) that registers the caller's tensors
 #: during a capture -> its unregistered form, which every wrapped method's capture gets instead
 #: under a condition sglang ignores (whichever of these calls the method makes).
 UNREGISTERED: dict[str, Callable[..., Any]] = {
+    "custom_all_reduce": all_reduce_unregistered,
     "all_gather_reg": all_gather_unregistered,
     "reduce_scatter": reduce_scatter_unregistered,
     "custom_fused_ar_rms": fused_unregistered(
@@ -238,11 +278,13 @@ class CollectiveFix:
     def coordinator_for(self, coordinator: Any, communicator: Any) -> Any:
         """What sglang's method gets as ``self`` in a capture-mode call."""
         plan = self.plan
-        if plan is None or not plan.unregistered(communicator):
+        if plan is None:
             return coordinator
         import torch  # imported by sglang long before any capture
 
         if not torch.cuda.is_current_stream_capturing():
+            return coordinator
+        if not plan.unregistered(communicator, coordinator):
             return coordinator
         return Overlay(coordinator, {"ca_comm": communicator_view(communicator, UNREGISTERED)})
 
@@ -253,7 +295,11 @@ class CollectiveFix:
             comm = getattr(coordinator, "ca_comm", None)
             if comm is None or not getattr(comm, "_IS_CAPTURING", False):
                 return original(coordinator, *args, **kwargs)
-            return original(self.coordinator_for(coordinator, comm), *args, **kwargs)
+            target = self.coordinator_for(coordinator, comm)
+            if target is coordinator:
+                return original(coordinator, *args, **kwargs)
+            with registration_off(comm):  # also for calls that follow the communicator flag
+                return original(target, *args, **kwargs)
 
         return wrapper
 
@@ -266,6 +312,7 @@ class CollectiveFix:
             parameters,
             probe,
         )
+        from sglang_aiter_plugin.fixes.collectives.replay import replay_possible
 
         release = f"sglang {version}" if version is not None else "this sglang"
         found: list[tuple[str, ProbeResult]] = []
@@ -295,27 +342,55 @@ class CollectiveFix:
                                      "this sglang release")
         names = " and ".join(f"GroupCoordinator.{name}" for name, _ in found)
         note = f" ({', '.join(absent)}: not in {release})" if absent else ""
-        needed = [(name, result) for name, result in found if result.ignored]
-        formless = sorted({c for _, r in needed for c in r.registering if c not in UNREGISTERED})
+        variants = replay_possible()
+        counted = {name: self.counted(result, variants[0]) for name, result in found}
+        needed = [(name, result) for name, result in found if counted[name]]
+        formless = sorted({c for _, r in needed if r.under[Condition.COMM_FLAG]  # flag ignored
+                           for c in r.registering if c not in UNREGISTERED})
         if formless:  # a wrapper could not take it off the registered path
             return self._decided(FixState.FAILED, f"{release}'s {names} register during capture "
                                  f"through aiter's {', '.join(formless)}, which has no "
                                  "unregistered form the plugin knows; sglang unchanged, please "
                                  "report this sglang release")
         if not needed:
-            honoured = ", ".join(Condition) if found else "-"  # no method ignores any
-            verb = "captures" if len(found) == 1 else "capture"
-            return self._decided(FixState.NOT_NEEDED, f"{release}'s {names} already {verb} "
-                                 f"unregistered under: {honoured}{note}")
+            return self._decided(FixState.NOT_NEEDED,
+                                 self.not_needed(release, names, found, variants[1]) + note)
         # one plan serves all the methods: a condition a method already honours is harmless
-        ignored = tuple(c for c in Condition if any(c in r.ignored for _, r in needed))
-        honoured = ", ".join(c for c in Condition if c not in ignored) or "none"
+        ignored = tuple(c for c in Condition if any(c in counted[name] for name, _ in needed))
+        honoured = self.honoured(found)
         registers = "registers" if len(found) == 1 else "register"
+        replay = f" ({variants[1]})" if Condition.REPLAY in ignored else ""
         return Decision(
             FixStatus(self.name, FixState.APPLIED,
                       f"{release}'s {names} {registers} during capture despite "
-                      f"{', '.join(ignored)}; {self.how}; sglang itself honours: {honoured}{note}"),
+                      f"{', '.join(ignored)}{replay}; {self.how}; sglang itself honours: "
+                      f"{honoured}{note}"),
             ignored=ignored, methods=tuple(name for name, _ in needed))
+
+    def counted(self, result: ProbeResult, variants: bool) -> tuple[Condition, ...]:
+        """The conditions this fix takes on for a method: those its probe found ignored, and
+        :attr:`~.probe.Condition.REPLAY` where sglang captures graph variants (no release's
+        method reads it: only a communicator flag that sglang turns off could, and the wrapper
+        checks that flag at the capture)."""
+        from sglang_aiter_plugin.fixes.collectives.probe import Condition
+
+        return (*result.ignored, *((Condition.REPLAY,) if variants else ()))
+
+    def honoured(self, found: list[tuple[str, ProbeResult]]) -> str:
+        """The conditions sglang honours itself in every probed method, for the status."""
+        from sglang_aiter_plugin.fixes.collectives.probe import PROBED
+
+        return ", ".join(c for c in PROBED
+                         if not any(c in result.ignored for _, result in found)) or "none"
+
+    def not_needed(self, release: str, names: str, found: list[tuple[str, ProbeResult]],
+                   variants: str) -> str:
+        """Why no method needs the fix (``variants``: whether sglang captures graph variants)."""
+        from sglang_aiter_plugin.fixes.collectives.probe import PROBED
+
+        honoured = ", ".join(PROBED) if found else "-"  # no method ignores any
+        verb = "captures" if len(found) == 1 else "capture"
+        return f"{release}'s {names} already {verb} unregistered under: {honoured}; {variants}"
 
     def decide_now(self, module: Any, version: Version | None) -> FixStatus:
         cls = module.GroupCoordinator
@@ -327,7 +402,9 @@ class CollectiveFix:
                                  f"GroupCoordinator.{name} is {type(current).__name__}, not a "
                                  "function; sglang unchanged, please report this sglang release")
         if decision.methods:
-            self.plan = plan_for(decision.ignored, module.envs)
+            from sglang_aiter_plugin.fixes.collectives.replay import ReplayCheck
+
+            self.plan = plan_for(decision.ignored, module.envs, replay=ReplayCheck(module))
             for name in decision.methods:
                 wrap_once(cls, name, self.name, self.wrap)
         return decision.status

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._rebind import Overlay, rebound
 
-__all__ = ["AITER_CALLS", "COPY_IN_ENV", "NO_COLLECTIVE", "TMS_ENV", "AiterCall",
+__all__ = ["AITER_CALLS", "COPY_IN_ENV", "NO_COLLECTIVE", "PROBED", "TMS_ENV", "AiterCall",
            "CaptureCommunicator", "Condition", "Invoke", "NotAiterPath", "ProbeError",
            "ProbeResult", "below_wrappers", "parameters", "probe", "simulated"]
 
@@ -33,13 +33,20 @@ WORLD_SIZE = 2
 class Condition(str, enum.Enum):
     """A condition under which a capture must not register the caller's tensors (the value: its
     label). TMS: torch_memory_saver's pool cannot be IPC-exported; COPY_IN: sglang's request to
-    stage through aiter's buffer; COMM_FLAG: aiter's own flag (off for expandable segments)."""
+    stage through aiter's buffer; COMM_FLAG: aiter's own flag (off for expandable segments);
+    REPLAY: the group's ranks may replay different graphs (:mod:`.replay`; read at capture time,
+    so the probe does not run it: see :data:`PROBED`)."""
 
     TMS = f"{TMS_ENV}=1"
     COPY_IN = f"{COPY_IN_ENV}=1"
     COMM_FLAG = "communicator enable_register_for_capturing=False"
+    REPLAY = "ranks replaying different graphs"
 
     __str__ = str.__str__  # the value, as enum.StrEnum (Python 3.11+) does
+
+
+PROBED = (Condition.TMS, Condition.COPY_IN, Condition.COMM_FLAG)
+"""The conditions :func:`probe` runs a method under (each is a switch its code may read)."""
 
 
 class NotAiterPath(AiterExtError):
@@ -281,7 +288,7 @@ class ProbeResult(NamedTuple):
         """Conditions under which the installed method still registers (what a fix must add)."""
         if not self.baseline:
             return ()
-        return tuple(c for c in Condition if self.under[c])
+        return tuple(c for c in PROBED if self.under[c])
 
 
 def below_wrappers(cls: type, name: str) -> Callable[..., Any]:
@@ -333,7 +340,7 @@ def probe(cls: type, name: str, invoke: Invoke) -> ProbeResult:
         ) from exc
     return ProbeResult(
         baseline=calls[None][1],
-        under={c: calls[c][1] for c in Condition},
+        under={c: calls[c][1] for c in PROBED},
         methods=tuple(dict.fromkeys(m for m, _ in calls.values())),
         registering=tuple(dict.fromkeys(m for m, made in calls.values() if made)),
     )

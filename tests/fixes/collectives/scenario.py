@@ -18,12 +18,13 @@ from typing import Any
 from packaging.version import Version
 
 from sglang_aiter_plugin.fixes.collectives.probe import Condition
-from testkit.collective_facts import FIRST_WITH_PIECEWISE_FUSED, has_path, has_quant
+from testkit.collective_facts import FIRST_WITH_PIECEWISE_FUSED, has_path, has_quant, has_variants
 from testkit.collective_facts import METHOD_FIXES as METHODS  # method -> fix
 from testkit.doubles.communicator import MARK
 from testkit.subproc import run_python
 
-__all__ = ["BRANCHES", "FLAGS", "KINDS", "METHODS", "cases", "child_data", "expected", "unsafe"]
+__all__ = ["BRANCHES", "FLAGS", "KINDS", "METHODS", "cases", "child_data", "expected",
+           "honoured_here", "unsafe", "wrapped"]
 
 BRANCHES = ("capturing", "warm-up", "piecewise", "eager")
 FLAGS = (True, False, None)  # the communicator's enable_register_for_capturing; None: missing
@@ -67,6 +68,8 @@ def layers(fn):
     return n
 
 def args(name):
+    if name == "_all_reduce_out_place":
+        return torch.ones((1, 8)), "ca"
     if name == "_all_gather_into_tensor":
         return torch.full((2, 8), 3.0), torch.ones((1, 8))
     if name == "_maybe_aiter_reduce_scatter":
@@ -74,6 +77,8 @@ def args(name):
     return torch.ones((1, 128)), torch.ones((1, 128)), torch.ones(128), 1e-6
 
 def summary(name, ret, call_args):
+    if name == "_all_reduce_out_place":
+        return {"ret": None if ret is None else ret[0, 0].item()}
     if name in ("_all_gather_into_tensor", "_maybe_aiter_reduce_scatter"):
         return {"ret": ret, "out": call_args[0][0, 0].item()}
     return {"ret": None if ret is None else ret[0][0, 0].item()}
@@ -83,6 +88,9 @@ def call(name, method, branch, tms, flag, kind):
     comm = KIND[kind](capturing=branch != "eager", register_flag=flag)
     coordinator = object.__new__(ps.GroupCoordinator)
     coordinator.ca_comm, coordinator.world_size = comm, 2
+    for absent in ("qr_comm", "pymscclpp_comm", "torch_symm_mem_comm", "pynccl_comm",
+                   "pcie_ipc_comm"):
+        setattr(coordinator, absent, None)
     call_args = args(name)
     stream["capturing"] = branch == "capturing"
     with piecewise() if branch == "piecewise" else nullcontext():
@@ -99,7 +107,8 @@ def outcome(fn, coordinator, call_args):
 # coordinators built without __init__ (as sglang's own unit tests build them), with sglang's
 # reduce-scatter off (it returns before reading ca_comm) and on; read per call through envs
 bare = {}
-zeros = {"_all_gather_into_tensor": (torch.zeros(2, 8), torch.zeros(1, 8)),
+zeros = {"_all_reduce_out_place": (torch.zeros(1, 8), "ca"),
+         "_all_gather_into_tensor": (torch.zeros(2, 8), torch.zeros(1, 8)),
          "_maybe_aiter_reduce_scatter": (torch.zeros(1, 8), torch.zeros(2, 8))}
 fused = (torch.zeros(1, 128), torch.zeros(1, 128), torch.ones(128), 1e-6)
 for rs in ("0", "1"):
@@ -154,7 +163,7 @@ def cases(version: Version) -> list[tuple[str, str, bool, bool | None, str]]:
     """(method, branch, tms, flag, kind) for every method this release has a path for."""
     found = []
     for method, fix in METHODS.items():
-        if not has_path(fix, version):
+        if not wrapped(fix, version):
             continue
         if method == "fused_allreduce_rmsnorm_quant_per_group" and not has_quant(version):
             continue
@@ -166,6 +175,10 @@ def cases(version: Version) -> list[tuple[str, str, bool, bool | None, str]]:
 def expected(method: str, branch: str, *, unsafe: bool, kind: str,
              version: Version) -> dict[str, Any]:
     """What sglang does on this branch when a capture with ``unsafe`` switches goes unregistered."""
+    if method == "_all_reduce_out_place":  # aiter's warm-up zeros also in a piecewise split op
+        if branch in ("warm-up", "piecewise"):
+            return {"ret": 0.0, "calls": []}
+        return {"ret": MARK, "calls": [["custom_all_reduce", branch == "capturing" and not unsafe]]}
     if method == "_all_gather_into_tensor":
         if branch == "warm-up":
             return {"ret": None, "out": 0.0, "calls": []}
@@ -190,6 +203,21 @@ def expected(method: str, branch: str, *, unsafe: bool, kind: str,
     if kind == "full":
         return {"ret": MARK, "calls": [[unregistered, False]]}
     return {"ret": None, "calls": []}  # sglang's "fusion unavailable": its unfused path
+
+
+def wrapped(fix: str, version: Version) -> bool:
+    """Whether ``fix`` wraps its methods in a process without copy-in: where the release has its
+    path, and for the all-reduce only where sglang captures graph variants."""
+    return has_path(fix, version) and (fix != "capture-all-reduce" or has_variants(version))
+
+
+def honoured_here(fix: str, honoured: frozenset[Condition]) -> frozenset[Condition]:
+    """``honoured`` as this child can see it: the all-reduce honours TMS through the communicator
+    sglang builds (``enable_register_for_capturing=False``), which the child builds itself with
+    each flag, so only the flag (and, with the plugin, copy-in) show here."""
+    if fix != "capture-all-reduce":
+        return honoured
+    return honoured & frozenset({Condition.COPY_IN, Condition.COMM_FLAG})
 
 
 def unsafe(*, tms: bool, copy_in: bool, flag: bool | None,

@@ -102,8 +102,8 @@ def test_a_registering_call_is_known_only_in_a_method_a_fix_probes() -> None:
 
 def test_a_call_without_an_unregistered_form_is_unknown_even_in_a_probed_method() -> None:
     """aiter's ``custom_all_gather`` follows the communicator flag only (no copy-in), and the
-    plugin has no form to hand a capture; ``custom_all_reduce`` is known in sglang's all-reduce
-    method alone (where the tripwire test watches it)."""
+    plugin has no form to hand a capture; ``custom_all_reduce`` has one (registration off for
+    the call), so it is known in any probed method, and only there."""
     source = coordinator("""
         def _all_gather_into_tensor(self, output, input):
             return self.ca_comm.custom_all_gather(input)
@@ -113,10 +113,12 @@ def test_a_call_without_an_unregistered_form_is_unknown_even_in_a_probed_method(
 
         def fused_allreduce_rmsnorm(self, input_, residual_inp_, weight_, eps):
             return self.ca_comm.custom_all_reduce(input_)
+
+        def all_to_all(self, input_):
+            return self.ca_comm.custom_all_reduce(input_)
     """)
     assert [(c.method, c.name) for c in unknown(source)] == [
-        ("_all_gather_into_tensor", "custom_all_gather"),
-        ("fused_allreduce_rmsnorm", "custom_all_reduce")]
+        ("_all_gather_into_tensor", "custom_all_gather"), ("all_to_all", "custom_all_reduce")]
 
 
 def test_aiters_further_fused_calls_are_known_in_a_probed_method() -> None:

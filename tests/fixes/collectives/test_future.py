@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import torch
+from packaging.version import Version
 
 from sglang_aiter_plugin import FixState
 from sglang_aiter_plugin._sglang import installed_sglang_version
@@ -28,6 +29,7 @@ from sglang_aiter_plugin.fixes.collectives.fix import (
     is_installed,
 )
 from sglang_aiter_plugin.plugin.spec import FixContext
+from testkit.collective_facts import has_variants
 from testkit.doubles import future_collectives as future
 from testkit.doubles.communicator import MARK, RecordingCommunicator
 from testkit.doubles.rocm_platform import simulated_rocm
@@ -80,15 +82,27 @@ def test_changed_signature_is_skipped(coordinator: Any, monkeypatch: pytest.Monk
                             future.quant_honouring_every_switch}),
 ], ids=["all-gather", "reduce-scatter", "fused"])
 def test_upstream_honouring_every_switch_is_not_needed(
-    coordinator: Any, monkeypatch: pytest.MonkeyPatch, fix: Any, swaps: dict[str, Any]
+    coordinator: Any, monkeypatch: pytest.MonkeyPatch, fix: Any, swaps: dict[str, Any],
+    sglang_version: Version
 ) -> None:
+    """Where the release captures graph variants, ranks that may replay them apart remain: a
+    method that follows the communicator flag is then fixed by turning the flag off for the
+    capture (what sglang#36088 does in its dispatch)."""
     for name, method in swaps.items():
         monkeypatch.setattr(coordinator, name, method, raising=False)
     status = _apply(fix)
+    switches = ("SGLANG_MEMORY_SAVER_CUDA_GRAPH=1", "SGLANG_AITER_CAPTURE_COPY_IN=1",
+                "communicator enable_register_for_capturing=False")
+    if has_variants(sglang_version):
+        assert status.state is FixState.APPLIED, status
+        assert "register during capture despite ranks replaying different graphs (" in \
+            status.detail or "registers during capture despite ranks replaying different " \
+            "graphs (" in status.detail
+        assert status.detail.endswith(f"sglang itself honours: {', '.join(switches)}")
+        return
     assert status.state is FixState.NOT_NEEDED, status
     assert "already capture" in status.detail
-    for switch in ("SGLANG_MEMORY_SAVER_CUDA_GRAPH=1", "SGLANG_AITER_CAPTURE_COPY_IN=1",
-                   "communicator enable_register_for_capturing=False"):
+    for switch in switches:
         assert switch in status.detail
 
 
@@ -169,16 +183,36 @@ def test_a_new_method_calling_aiters_qknorm_all_reduce_is_fixed_once_a_fix_lists
     assert _captured(cls, name, args, False, monkeypatch) == [(unregistered, True)]
 
 
+def test_a_call_following_the_communicator_flag_is_fixed_by_turning_the_flag_off(
+    coordinator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiter's ``custom_all_gather`` registers per the communicator flag only: a capture under
+    TMS gets the flag off for the call, so it takes ``all_gather_unreg``."""
+    status, cls, _ = _decided(ALL_GATHER, {
+        "_all_gather_into_tensor": future.all_gather_through_custom_all_gather})
+    assert status.state is FixState.APPLIED, status
+    monkeypatch.setattr(future, "is_hip", lambda: True)  # the module's name, as on ROCm
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    for tms, made in ((True, ("all_gather_unreg", False)), (False, ("all_gather_reg", True))):
+        monkeypatch.setenv("SGLANG_MEMORY_SAVER_CUDA_GRAPH", "1" if tms else "0")
+        comm = RecordingCommunicator(capturing=True)
+        gathering: Any = object.__new__(cls)
+        gathering.ca_comm = comm
+        gathering._all_gather_into_tensor(torch.zeros((2, 8)), torch.ones((1, 8)))
+        assert comm.calls == [made]
+        assert comm.enable_register_for_capturing is True  # put back after the call
+
+
 def test_a_call_without_an_unregistered_form_fails_instead_of_claiming_the_fix(
     coordinator: Any
 ) -> None:
-    """aiter's ``custom_all_gather`` registers per the communicator flag only; the plugin has no
-    form to hand a capture under TMS or copy-in, so it must not report ``applied``."""
-    status, cls, _ = _decided(ALL_GATHER, {
-        "_all_gather_into_tensor": future.all_gather_through_custom_all_gather})
+    """A method that hands aiter's ``fused_ar_rms`` ``registered=True`` whatever the flag: the
+    plugin has no form to hand a capture, so it must not report ``applied``."""
+    status, cls, _ = _decided(FUSED_AR_RMSNORM, {
+        "fused_allreduce_rmsnorm": future.fused_always_registered})
     assert status.state is FixState.FAILED, status
-    assert "through aiter's custom_all_gather, which has no unregistered form" in status.detail
-    assert not is_installed(cls, "_all_gather_into_tensor")
+    assert "through aiter's fused_ar_rms, which has no unregistered form" in status.detail
+    assert not is_installed(cls, "fused_allreduce_rmsnorm")
 
 
 def test_an_all_gather_reading_the_output_aiter_allocates_is_probed_as_aiter_runs_it(

@@ -7,9 +7,10 @@ from packaging.version import Version
 from testkit.collective_facts import has_path, has_quant
 from testkit.plugins import off_rocm_process
 from testkit.subproc import run_python
-from tests.fixes.collectives.scenario import METHODS, child_data
+from tests.fixes.collectives.scenario import METHODS, child_data, wrapped
 
-FIXES = ("capture-all-gather", "capture-reduce-scatter", "capture-fused-ar-rmsnorm")
+FIXES = ("capture-all-reduce", "capture-all-gather", "capture-reduce-scatter",
+         "capture-fused-ar-rmsnorm")
 
 STATE = """
 import sys
@@ -37,7 +38,7 @@ def test_off_rocm_nothing_is_installed_and_the_status_says_so() -> None:
 def test_a_coordinator_built_without_init_behaves_as_sglangs_own(sglang_version: Version) -> None:
     """The wrappers read nothing that raises: same result or same exception as sglang's method,
     with sglang's reduce-scatter off (it returns before reading ``ca_comm``) and on."""
-    wanted = {m for m, fix in METHODS.items() if has_path(fix, sglang_version)}
+    wanted = {m for m, fix in METHODS.items() if wrapped(fix, sglang_version)}
     if not has_quant(sglang_version):
         wanted.discard("fused_allreduce_rmsnorm_quant_per_group")
     for rs, run in child_data(False)["bare"].items():
@@ -71,10 +72,11 @@ print("RESULT " + json.dumps({"before": before, "after_ps": after_ps, "after": s
     assert [f for f in FIXES if after_ps[f][0] == "pending"] == []
     decided = data["after"]["statuses"]
     for fix in FIXES:
-        want = "applied" if has_path(fix, sglang_version) else "skipped"
+        want = ("applied" if wrapped(fix, sglang_version) else "skipped"
+                if not has_path(fix, sglang_version) else "not needed")
         assert after_ps[fix] == decided[fix]  # importing custom_all_reduce changes nothing
         assert decided[fix][0] == want, decided[fix]
         assert f"sglang-aiter-plugin: {fix}={want} (" in result.stderr
-    wrapped = {n for n, w in data["after"]["wrapped"].items() if w}
-    assert wrapped == {n for n, f in METHODS.items()
-                       if has_path(f, sglang_version) and n in data["after"]["wrapped"]}
+    found = {n for n, w in data["after"]["wrapped"].items() if w}
+    assert found == {n for n, f in METHODS.items()
+                     if wrapped(f, sglang_version) and n in data["after"]["wrapped"]}

@@ -2,9 +2,9 @@
 
 Runs on every release CI tests, including ones newer than the recorded facts. A release that
 honours every switch for a collective turns its test red with what to do; so does a release whose
-all-reduce registers during a capture despite a condition (the plugin has no all-reduce fix:
-every supported release honours them), found through sglang's own code
-(``testkit.all_reduce_capture``).
+all-reduce registers during a capture despite TMS or the communicator flag (the all-reduce's fix
+takes on only copy-in and ranks replaying different graphs: every supported release honours the
+other two), found through sglang's own code (``testkit.all_reduce_capture``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from sglang_aiter_plugin._status import FixState
 from sglang_aiter_plugin.fixes.collectives import FIXES
 from sglang_aiter_plugin.fixes.collectives.fix import Decision
 from testkit.all_reduce_capture import OUT_PLACE, registering
+from testkit.collective_facts import has_variants
 from testkit.collective_verdicts import verdicts
 
-OBJECTS = {"capture-all-gather": "ALL_GATHER", "capture-reduce-scatter": "REDUCE_SCATTER",
+OBJECTS = {"capture-all-reduce": "ALL_REDUCE", "capture-all-gather": "ALL_GATHER",
+           "capture-reduce-scatter": "REDUCE_SCATTER",
            "capture-fused-ar-rmsnorm": "FUSED_AR_RMSNORM"}
 
 
@@ -34,6 +36,10 @@ def test_fix_is_still_needed(found: dict[str, Decision], fix: str, sglang_versio
     verdict = found[fix]
     if verdict.status.state is FixState.SKIPPED:
         pytest.skip(f"sglang {sglang_version}: {verdict.status.detail}")
+    if fix == "capture-all-reduce" and not has_variants(sglang_version):
+        assert verdict.status.state is FixState.NOT_NEEDED, verdict.status  # without copy-in
+        assert verdict.status.detail.startswith("this sglang captures one graph per batch size")
+        return
     assert verdict.status.state is FixState.APPLIED, (
         f"sglang {sglang_version} no longer needs {fix} ({verdict.status.detail}). Its ledger's "
         f"'Remove when' is met once {sglang_version} or a later release is the oldest supported "
@@ -42,12 +48,32 @@ def test_fix_is_still_needed(found: dict[str, Decision], fix: str, sglang_versio
         f"release in testkit/collective_facts.py.")
 
 
-def test_all_reduce_still_needs_no_fix(sglang_version: Version) -> None:
+def test_all_reduce_still_needs_nothing_under_tms_and_the_communicator_flag(
+        sglang_version: Version) -> None:
     found = registering()
     assert found == [], (
         f"sglang {sglang_version}'s all-reduce registers during CUDA-graph capture despite "
-        f"{'; '.join(found)}. The plugin has no all-reduce fix: add one (as for the other "
-        "collectives, in sglang_aiter_plugin.fixes.collectives) before supporting this release.")
+        f"{'; '.join(found)}. The plugin's all-reduce fix takes on only copy-in and ranks "
+        "replaying different graphs: add the condition to its AllReduceFix.counted (in "
+        "sglang_aiter_plugin.fixes.collectives.all_reduce) before supporting this release.")
+
+
+def test_all_reduce_needs_the_fix_under_replay_and_copy_in(
+        found: dict[str, Decision], sglang_version: Version,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where sglang captures graph variants the all-reduce needs the fix for ranks that may
+    replay them apart; under copy-in (which sglang's all-reduce never reads) on every release."""
+    from sglang.srt.distributed.parallel_state import GroupCoordinator
+
+    from sglang_aiter_plugin.fixes.collectives import ALL_REDUCE
+    from sglang_aiter_plugin.fixes.collectives.probe import Condition
+
+    replay = (Condition.REPLAY,) if has_variants(sglang_version) else ()
+    assert found["capture-all-reduce"].ignored == replay
+    monkeypatch.setenv("SGLANG_AITER_CAPTURE_COPY_IN", "1")
+    copy_in = ALL_REDUCE.decide(GroupCoordinator, sglang_version)
+    assert copy_in.status.state is FixState.APPLIED, copy_in.status
+    assert copy_in.ignored == (Condition.COPY_IN, *replay)
 
 
 def test_the_all_reduce_tripwire_fires_on_a_release_that_registers() -> None:

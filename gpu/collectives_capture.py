@@ -6,7 +6,8 @@ simulated fact), loads the plugin through sglang's real ``load_plugins()`` (the 
 ones the plugin installs on a ROCm host), builds a real ``GroupCoordinator`` (without process
 groups) holding the reducing communicator double (``testkit/doubles/reducing_communicator.py``,
 real collectives on the stream, aiter's memory contract), and calls sglang's own entry points:
-``all_gather_into_tensor`` and ``reduce_scatter_tensor`` (public), ``fused_allreduce_rmsnorm``
+``all_gather_into_tensor`` and ``reduce_scatter_tensor`` (public), ``_all_reduce_out_place(x,
+"ca")`` (what its ``all_reduce`` calls for the custom all-reduce), ``fused_allreduce_rmsnorm``
 and ``fused_allreduce_rmsnorm_quant_per_group`` (a caller that, like sglang's layers, falls back
 to ``_all_reduce_out_place(x, "ca")`` and a plain RMSNorm when the fused call returns ``None``):
 
@@ -131,6 +132,10 @@ class Case:
                 assert self._below(m)(c, self.outs["out"], x) is True
             return
         x, res = self.base[:ROWS] * (self.rank + 1), self.res_base * 1.0
+        if m == "_all_reduce_out_place":  # sglang's custom all-reduce, as its all_reduce calls it
+            self.outs["out"].copy_(c._all_reduce_out_place(x, "ca") if wrapped
+                                   else self._below(m)(c, x, "ca"))
+            return
         if m == "fused_allreduce_rmsnorm":
             out, res_out = self._fused(x, res)
             self.outs["out"].copy_(out)
@@ -160,6 +165,8 @@ class Case:
             return {"out": torch.cat([x * (k + 1) for k in range(self.world)])}
         if self.method == "_maybe_aiter_reduce_scatter":
             return {"out": self.base.view(self.world, ROWS, COLS)[self.rank] * scale}
+        if self.method == "_all_reduce_out_place":
+            return {"out": self.base[:ROWS] * scale}
         normed, res_out = fused_reference(self.base[:ROWS] * scale, self.res_base, self.weight,
                                           EPS)
         if self.method == "fused_allreduce_rmsnorm":

@@ -13,13 +13,12 @@ from typing import Any
 
 import pluggy
 
+from sglang_aiter_plugin._log import log
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.plugin import HOOK_PREFIX, PROJECT, spec
 from sglang_aiter_plugin.plugin.spec import FixContext
 
 __all__ = ["PluginManager", "load"]
-
-logger = logging.getLogger(__name__)
 
 
 def load(value: str) -> object:
@@ -85,7 +84,7 @@ def _call_fix(name: str, function: Any, context: FixContext) -> FixStatus:
     try:
         result = function(context=context._replace(report=report_as))
     except Exception as exc:
-        logger.debug("fix %s raised", name, exc_info=True)
+        log(logging.DEBUG, "fix %s raised", name, exc_info=True, always=False)
         return FixStatus(name, FixState.FAILED, f"{type(exc).__name__}: {exc}")
     if not isinstance(result, FixStatus):
         return FixStatus(name, FixState.FAILED, f"returned {result!r}, not a FixStatus")

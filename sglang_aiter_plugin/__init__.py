@@ -26,9 +26,14 @@ def register() -> None:
         import logging
         import traceback
 
-        logging.getLogger(__name__).error(
-            "sglang-aiter-plugin failed to register; sglang is unchanged\n%s",
-            traceback.format_exc())
+        why = traceback.format_exc()
+        msg = "sglang-aiter-plugin failed to register; sglang is unchanged\n%s"
+        try:
+            from sglang_aiter_plugin._log import log
+        except Exception:  # the install is broken down to its log route
+            logging.getLogger(__name__).error(msg, why)
+        else:
+            log(logging.ERROR, msg, why)
         return
     _register()
 
@@ -38,8 +43,11 @@ _LAZY = {"__version__": "_releases", "AiterExtError": "_errors", "FixState": "_s
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'sglang_aiter_plugin' has no attribute {name!r}")
     import importlib
+
+    if name not in _LAZY:
+        from sglang_aiter_plugin._errors import PluginAttributeError
+
+        raise PluginAttributeError(f"module 'sglang_aiter_plugin' has no attribute {name!r}")
 
     return getattr(importlib.import_module(f"sglang_aiter_plugin.{_LAZY[name]}"), name)

@@ -36,7 +36,7 @@ ENTRY_POINT_NAME = "aiter_ext"
 EXT_NAME, FIX_NAME = "aiter-ext", "attention-backend"
 INSTALL_HINT = ("`pip install .` in a checkout of sglang-aiter-plugin, or `pip install "
                 "git+<its repository URL>`; see the README")
-NEED_SGLANG = "discovery, fixes, selection, package"  # the checks that need sglang to import
+NEED_SGLANG = "discovery, fixes, selection"  # the checks that need sglang to import
 PACKAGE = "sglang_aiter_plugin"
 #: Every module the package ships (``tests/test_doctor.py`` holds it to the source tree): the
 #: ``package`` check imports each, so a copy missing one, or one that does not import, fails.
@@ -87,7 +87,12 @@ class Report:
 def describe(exc: BaseException) -> str:
     """``Type: message`` and the file it comes from: a broken install shows where it lies."""
     text = f"{type(exc).__name__}: {exc}"
-    text = text if len(text) <= 300 else f"{text[:300]}... ({len(text):,} characters in all)"
+    try:
+        from sglang_aiter_plugin._errors import shorten
+    except Exception:  # a broken install: the whole text rather than no row
+        pass
+    else:
+        text = shorten(text, 300, quoted=False)
     if isinstance(exc, SyntaxError):
         return f"{text} (in {exc.filename})"
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
@@ -107,6 +112,7 @@ def collect(selected_backend: str | None = None) -> Report:
         discovery.kill()
         discovery.communicate()
         report.run("switches", _check_switches)
+        report.run("package", _check_package, False)  # what is there, whatever else failed
         return report
     loaded = report.run("discovery", _check_discovery, discovery)
     fixes = report.run("fixes", _check_fixes)
@@ -133,36 +139,58 @@ def _quiet(function: Callable[..., _T], *args: Any) -> _T:
         return function(*args)
 
 
-def _check_package(report: Report) -> None:
+def _check_package(report: Report, sglang_imports: bool = True) -> None:
     """Import every module in :data:`MODULES` (``__main__``: found, not run): one ``FAIL`` row
-    for the modules missing from the package, one per cause that stops others importing."""
+    for the modules missing from the package, one per cause that stops others importing. Where
+    sglang does not import (``sglang_imports`` false), a module that stops only on sglang is
+    counted, not failed: the ``sglang`` row says why."""
     where = next(iter(getattr(sys.modules.get(PACKAGE), "__path__", [])), "?")
     missing: list[str] = []
     broken: dict[str, list[str]] = {}  # cause -> the modules it stops
+    need_sglang: list[str] = []
     for relative in MODULES:
         name = f"{PACKAGE}.{relative}" if relative else PACKAGE
         try:
-            if relative == "__main__":
-                if importlib.util.find_spec(name) is None:
-                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-            else:
+            if relative != "__main__":
                 _quiet(importlib.import_module, name)
+            elif importlib.util.find_spec(name) is None:
+                missing.append(name)
         except ModuleNotFoundError as exc:
             gone = exc.name or ""
             if gone == name or (gone.startswith(f"{PACKAGE}.") and name.startswith(f"{gone}.")):
                 missing.append(name)
+            elif not sglang_imports and _stops_on_sglang(exc):
+                need_sglang.append(name)
             else:
                 broken.setdefault(describe(exc), []).append(name)
         except Exception as exc:
-            broken.setdefault(describe(exc), []).append(name)
+            if not sglang_imports and _stops_on_sglang(exc):
+                need_sglang.append(name)
+            else:
+                broken.setdefault(describe(exc), []).append(name)
     if missing:
         report.add("package", FAIL, f"missing from {where}: {', '.join(missing)}; the install "
                    f"is incomplete: reinstall the plugin ({INSTALL_HINT})")
     for cause, names in broken.items():
         verb = "does" if len(names) == 1 else "do"
         report.add("package", FAIL, f"{', '.join(names)} {verb} not import: {cause}")
-    if not missing and not broken:
+    if not missing and not broken and need_sglang:
+        report.add("package", OK, f"all {len(MODULES)} modules are in {where}; "
+                   f"{len(MODULES) - len(need_sglang)} import, {len(need_sglang)} need sglang, "
+                   "which does not import here")
+    elif not missing and not broken:
         report.add("package", OK, f"all {len(MODULES)} modules import, from {where}")
+
+
+_IMPORTS_SGLANG = re.compile(r"(from|import)\s+sglang(\.|\s|$)")
+
+
+def _stops_on_sglang(exc: BaseException) -> bool:
+    """Whether importing a module failed on importing sglang: a line of the traceback imports
+    sglang (``from sglang.srt... import``), or sglang is not found."""
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").partition(".")[0] == "sglang":
+        return True
+    return any(_IMPORTS_SGLANG.match(f.line or "") for f in traceback.extract_tb(exc.__traceback__))
 
 
 def _communicator_calls(report: Report, path: str | None = None) -> None:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["AiterExtError", "shorten", "summarise"]
+__all__ = ["AiterExtError", "PluginAttributeError", "shorten", "summarise"]
 
 
 class AiterExtError(Exception):
     """Base of every exception the plugin raises; each subclass also derives from its built-in
     (``ValueError``, ``RuntimeError``), so ``except`` clauses for those keep working."""
+
+
+class PluginAttributeError(AiterExtError, AttributeError):
+    """The package has no such attribute (``sglang_aiter_plugin.<name>``)."""
 
 
 def shorten(value: str, limit: int = 80, *, quoted: bool = True) -> str:

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["cancel", "when_imported"]
+from sglang_aiter_plugin._log import log
 
-logger = logging.getLogger(__name__)
+__all__ = ["cancel", "when_imported"]
 
 _Callback = Callable[[ModuleType], None]
 _pending: dict[str, list[_Callback]] = {}
@@ -69,7 +69,8 @@ def _run_pending(module_name: str) -> None:
         try:
             callback(module)
         except Exception:
-            logger.exception("sglang-aiter-plugin: post-import step for %s failed", module_name)
+            log(logging.ERROR, "sglang-aiter-plugin: post-import step for %s failed", module_name,
+                exc_info=True)
 
 
 class _Loader(importlib.abc.Loader):

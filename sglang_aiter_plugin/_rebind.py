@@ -13,11 +13,15 @@ from typing import Any
 
 from sglang_aiter_plugin._errors import AiterExtError
 
-__all__ = ["Overlay", "RebindError", "rebound"]
+__all__ = ["NotRebindableError", "Overlay", "RebindError", "rebound"]
 
 
 class RebindError(AiterExtError, RuntimeError):
     """The function no longer looks up a name the plugin must resolve differently."""
+
+
+class NotRebindableError(AiterExtError, TypeError):
+    """Only a plain Python function can be copied with other names resolved."""
 
 
 class Overlay:
@@ -54,7 +58,7 @@ def rebound(fn: Callable[..., Any], names: Mapping[str, Any], *, module: str | N
     imported when every name asked for is given). ``strict``: raise :class:`RebindError` when
     ``fn`` does not mention one of the names (the copy would silently use sglang's object)."""
     if not isinstance(fn, types.FunctionType):
-        raise TypeError(f"can only rebind plain Python functions, not {type(fn).__name__}")
+        raise NotRebindableError(f"can only rebind plain Python functions, not {type(fn).__name__}")
     missing = sorted(set(names) - _names_used(fn.__code__)) if strict else []
     if missing:
         raise RebindError(

@@ -19,7 +19,9 @@ own classes or modules in place and puts them back on exit.
   in its communicator dispatch, for aiter's and sglang's own custom all-reduce, under
   torch_memory_saver and when DP attention is on with the ``dsa`` decode attention backend;
 * :func:`no_dual_graphs_under_dp_attention`: sglang#36079 (open) stops capturing the DSA
-  dense/sparse graph pair on HIP when DP attention is on.
+  dense/sparse graph pair on HIP when DP attention is on;
+* :func:`metadata_reads_more_of_the_batch`: no pull request, a release as any may come: its graph
+  metadata reads a field of the batch the plugin's page-table probe does not hand it.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["WORKSPACE_MODULE", "init_backends", "no_dual_graphs_under_dp_attention",
-           "plugins_loaded_in_post_init", "registration_off_for_dsa_dp", "static_metadata_buffers",
-           "unified_page_table_filled", "workspace_helper"]
+__all__ = ["WORKSPACE_MODULE", "init_backends", "metadata_reads_more_of_the_batch",
+           "no_dual_graphs_under_dp_attention", "plugins_loaded_in_post_init",
+           "registration_off_for_dsa_dp", "static_metadata_buffers", "unified_page_table_filled",
+           "workspace_helper"]
 
 WORKSPACE_MODULE = "sglang.srt.layers.attention.aiter_workspace"
 
@@ -108,6 +111,44 @@ def _fill_page_one(backend: Any, call: dict[str, Any], filled: list[int]) -> Non
         table = backend.cuda_graph_kv_indices.view(-1, int(backend.max_context_len))
     table[:bs, :width].copy_(backend.req_to_token[call["req_pool_indices"][:bs], :width])
     filled.append(bs)
+
+
+# ---------------------------------------------------------------- a release to come
+
+
+@contextlib.contextmanager
+def metadata_reads_more_of_the_batch() -> Iterator[str]:
+    """Upstream's graph metadata reads ``num_token_non_padded`` of the batch first (a field of
+    sglang's ``ForwardBatch``): where the release has ``init_forward_metadata_out_graph``, as an
+    attribute of ``forward_batch``; before it (0.5.11-0.5.12, the batch passed as arguments), as
+    one more required argument of ``init_forward_metadata_capture_cuda_graph``. Yields the name of
+    the method changed."""
+    from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
+
+    name = "init_forward_metadata_out_graph"
+    if hasattr(AiterAttnBackend, name):
+        out_graph = getattr(AiterAttnBackend, name)
+
+        @functools.wraps(out_graph)
+        def reading(self: Any, forward_batch: Any, *args: Any, **kw: Any) -> Any:
+            forward_batch.num_token_non_padded  # noqa: B018  (the read a release adds)
+            return out_graph(self, forward_batch, *args, **kw)
+
+        method: Callable[..., Any] = reading
+    else:
+        name = "init_forward_metadata_capture_cuda_graph"
+        capture = getattr(AiterAttnBackend, name)
+
+        def one_more(self: Any, bs: int, num_tokens: int, req_pool_indices: Any, seq_lens: Any,
+                   encoder_lens: Any, forward_mode: Any, spec_info: Any,
+                   num_token_non_padded: Any) -> Any:
+            return capture(self, bs, num_tokens, req_pool_indices, seq_lens, encoder_lens,
+                           forward_mode, spec_info)
+
+        method = one_more
+
+    with _replaced(AiterAttnBackend, {name: method}):
+        yield name
 
 
 # ---------------------------------------------------------------- sglang#36563

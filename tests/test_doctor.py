@@ -262,24 +262,34 @@ def test_sglang_that_does_not_import_is_said_once() -> None:
     (sglang,) = [c for c in checks if c["name"] == "sglang"]
     assert sglang["level"] == "FAIL"
     assert f"but `import sglang` fails here: {cause[:120]}" in sglang["summary"]
-    assert sglang["summary"].endswith(
-        "Not checked while it fails: discovery, fixes, selection, package")
-    assert [c["name"] for c in checks] == ["plugin", "sglang", "platform", "aiter", "switches"]
+    assert sglang["summary"].endswith("Not checked while it fails: discovery, fixes, selection")
+    assert [c["name"] for c in checks] == [
+        "plugin", "sglang", "platform", "aiter", "switches", "package"]
+    (package,) = [c for c in checks if c["name"] == "package"]  # the modules that need sglang
+    assert package["level"] == "ok", package  # are counted, not failed: the sglang row says why
+    assert "need sglang, which does not import here" in package["summary"]
     assert "KeyError" not in proc.stdout
 
 
 @pytest.mark.slow
-def test_without_sglang_doctor_says_it_is_not_installed(tmp_path: Path) -> None:
-    """A Python that has every dependency but sglang (links to this environment's packages)."""
+@pytest.mark.parametrize("deleted", [None, "backend/pool.py"])
+def test_without_sglang_doctor_says_it_is_not_installed(tmp_path: Path,
+                                                        deleted: str | None) -> None:
+    """A Python that has every dependency but sglang (links to this environment's packages),
+    with a copy of the package (``deleted``: one of its modules removed)."""
     site = Path(sysconfig.get_paths()["purelib"])
     deps = tmp_path / "deps"
     deps.mkdir()
     for entry in site.iterdir():
         if not entry.name.startswith(("sglang", "_editable")) and entry.suffix != ".pth":
             (deps / entry.name).symlink_to(entry)
-    root = Path(__file__).resolve().parents[1]
+    copy = tmp_path / "copy" / "sglang_aiter_plugin"
+    shutil.copytree(ROOT / "sglang_aiter_plugin", copy,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    if deleted is not None:
+        (copy / deleted).unlink()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SGLANG_", "PYTHON"))}
-    env["PYTHONPATH"] = f"{deps}{os.pathsep}{root}"
+    env["PYTHONPATH"] = f"{deps}{os.pathsep}{copy.parent}"
     proc = subprocess.run([sys.executable, "-S", "-m", "sglang_aiter_plugin", "doctor", "--json",
                            "--attention-backend", "aiter-ext"], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=600)
@@ -289,9 +299,20 @@ def test_without_sglang_doctor_says_it_is_not_installed(tmp_path: Path) -> None:
     assert sglang["summary"] == (
         f"sglang is not installed for this Python ({sys.executable}); supported releases: "
         f"{_releases.OLDEST_SUPPORTED} to {_releases.NEWEST_TESTED}. Not checked without it: "
-        "discovery, fixes, selection, package")
-    assert [c["name"] for c in checks] == ["plugin", "sglang", "platform", "aiter", "switches"]
+        "discovery, fixes, selection")
+    assert list(dict.fromkeys(c["name"] for c in checks)) == [
+        "plugin", "sglang", "platform", "aiter", "switches", "package"]
     assert "invalid choice" not in proc.stdout
+    package, *more = [c for c in checks if c["name"] == "package"]
+    if deleted is None:
+        assert (package["level"], more) == ("ok", [])
+        assert package["summary"].startswith(
+            f"all {len(_doctor.MODULES)} modules are in {copy}; ")
+        assert package["summary"].endswith(" need sglang, which does not import here")
+    else:  # the module is named, whatever else failed
+        assert package["level"] == "FAIL"
+        assert package["summary"].startswith(
+            f"missing from {copy}: sglang_aiter_plugin.backend.pool; the install is incomplete")
 
 
 def test_the_package_check_knows_every_module_the_package_ships() -> None:
@@ -325,6 +346,38 @@ def test_a_module_that_does_not_import_is_a_failing_row_naming_it(
                                  "ImportError: cannot import sglang_aiter_plugin.backend.capacity")
     assert rows[2][1].startswith("sglang_aiter_plugin.cli does not import: ImportError")
     assert report.exit_code == 1
+
+
+def test_without_sglang_a_module_stopped_by_sglang_is_counted_and_one_missing_named(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.import_module
+
+    def without_sglang(name: str, package: str | None = None) -> Any:
+        if name in {"sglang_aiter_plugin.backend.classes", "sglang_aiter_plugin.selftest.run"}:
+            raise ModuleNotFoundError("No module named 'sglang'", name="sglang")
+        if name == "sglang_aiter_plugin.backend.pool":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        if name == "sglang_aiter_plugin.cli":
+            raise ImportError("cannot import cli (a test)")
+        return real(name, package)
+
+    monkeypatch.setattr(importlib, "import_module", without_sglang)
+    report = _doctor.Report()
+    _doctor._check_package(report, False)
+    rows = [(c.level, c.summary) for c in report.checks]
+    assert [level for level, _ in rows] == ["FAIL", "FAIL"], rows
+    assert rows[0][1].startswith(f"missing from {ROOT / 'sglang_aiter_plugin'}: "
+                                 "sglang_aiter_plugin.backend.pool; the install is incomplete")
+    assert rows[1][1].startswith("sglang_aiter_plugin.cli does not import: ImportError")
+
+    monkeypatch.setattr(importlib, "import_module", lambda name, package=None: (
+        without_sglang(name, package) if "pool" not in name and "cli" not in name
+        else real(name, package)))
+    report = _doctor.Report()
+    _doctor._check_package(report, False)
+    assert [(c.level, c.summary) for c in report.checks] == [
+        ("ok", f"all {len(_doctor.MODULES)} modules are in {ROOT / 'sglang_aiter_plugin'}; "
+               f"{len(_doctor.MODULES) - 2} import, 2 need sglang, which does not import here")]
 
 
 def test_the_collectives_row_says_every_call_of_the_installed_release_is_known() -> None:

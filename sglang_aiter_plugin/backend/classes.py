@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend, AiterMultiStepDraftBackend
 
+from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._rebind import rebound
 from sglang_aiter_plugin._status import FixStatus
 from sglang_aiter_plugin.backend.buffers import PREFILL_UPDATERS, discover
@@ -18,7 +19,11 @@ from sglang_aiter_plugin.backend.page_table import install_page_table_fill, upst
 from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill
 from sglang_aiter_plugin.backend.widths import widen
 
-__all__ = ["AiterExtAttnBackend", "AiterExtMultiStepDraftBackend"]
+__all__ = ["AiterExtAttnBackend", "AiterExtMultiStepDraftBackend", "DraftBackendError"]
+
+
+class DraftBackendError(AiterExtError, RuntimeError):
+    """The draft wrapper's children were not built, or not lent their buffers, as the pool needs."""
 
 
 class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[misc]
@@ -45,7 +50,7 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
 
     def _before_upstream(self, max_bs: int) -> None:
         if "kv_indptr" not in self.buffer_pool.names() and self.kv_indptr.shape[-1] < max_bs + 1:
-            raise RuntimeError(
+            raise DraftBackendError(
                 f"kv_indptr lent to this backend holds {self.kv_indptr.shape[-1]} entries, fewer "
                 f"than max_bs + 1 = {max_bs + 1}: the owner (the multi-step draft backend) must "
                 "grow it before its children's init_cuda_graph_state"
@@ -79,11 +84,13 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
         if (not lent and page == 1
                 and getattr(self, "decode_uses_page_table", self.use_triton_unified_attention)
                 and not self.use_sliding_window_kv_pool and not self.use_mla):
-            filled = upstream_fills(self)  # unified-page-table
-            if not filled:
+            probe = upstream_fills(self)  # unified-page-table
+            if not probe.fills:
                 install_page_table_fill(self)
-            fixes.append(outcome("unified-page-table", not filled,
-                                 "the page table is filled after upstream's graph metadata",
+            undecided = f" (whether upstream fills it is unknown: {probe.undecided})"
+            fixes.append(outcome("unified-page-table", not probe.fills,
+                                 "the page table is filled after upstream's graph metadata"
+                                 + (undecided if probe.undecided else ""),
                                  "upstream's graph metadata fills the page table"))
         return fixes
 
@@ -106,7 +113,8 @@ class AiterExtMultiStepDraftBackend(PooledGraphState, AiterMultiStepDraftBackend
             type(c).__name__ for c in self.attn_backends if not isinstance(c, AiterExtAttnBackend)
         ]
         if wrong:
-            raise RuntimeError(f"draft children were built as {wrong}, not AiterExtAttnBackend")
+            raise DraftBackendError(
+                f"draft children were built as {wrong}, not AiterExtAttnBackend")
         spec = BufferSpec("kv_indptr", torch.int32, Fill.ZEROS, per_row=int(topk), extra=1,
                           leading=(int(speculative_num_steps),))
         self.buffer_pool = BufferPool(self, [spec], capacity_of(model_runner).rows, self.device)

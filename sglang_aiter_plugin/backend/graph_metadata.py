@@ -9,9 +9,10 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._patch import wrap_once
 
-__all__ = ["METADATA_METHODS", "wrap_metadata_methods"]
+__all__ = ["METADATA_METHODS", "MetadataInterfaceError", "wrap_metadata_methods"]
 
 #: Entry points that write a captured batch's metadata (0.5.11-0.5.17: capture/replay;
 #: 0.5.18+: ``out_graph``, for capture and replay).
@@ -20,6 +21,10 @@ METADATA_METHODS = (
     "init_forward_metadata_replay_cuda_graph",
     "init_forward_metadata_out_graph",
 )
+
+
+class MetadataInterfaceError(AiterExtError, RuntimeError):
+    """Upstream's graph metadata method no longer takes the batch in a form known here."""
 
 
 def wrap_metadata_methods(backend: Any, patch: str, why: str, *,
@@ -44,7 +49,7 @@ def _around(method: Callable[..., Any], *, name: str, why: str,
     its ``bs`` or ``forward_batch``)."""
     params = list(inspect.signature(method).parameters)
     if "bs" not in params and "forward_batch" not in params:
-        raise RuntimeError(
+        raise MetadataInterfaceError(
             f"{name}{inspect.signature(method)} takes neither 'bs' nor 'forward_batch'; this "
             f"sglang changed its metadata interface, so {why}"
         )

@@ -4,15 +4,21 @@ upstream has."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from sglang_aiter_plugin._log import logger
+from sglang_aiter_plugin._errors import AiterExtError
+from sglang_aiter_plugin._log import log
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin._switches import bounds_check_requested
 from sglang_aiter_plugin.backend.bounds_check import install_bounds_check
 from sglang_aiter_plugin.backend.pool import BufferPool
 
-__all__ = ["PooledGraphState", "outcome"]
+__all__ = ["PooledGraphState", "StaleBindingError", "outcome"]
+
+
+class StaleBindingError(AiterExtError, RuntimeError):
+    """Upstream's graph set-up replaced a buffer the pool owns, behind the pool."""
 
 
 def outcome(defect: str, acted: bool, applied: str, not_needed: str) -> FixStatus:
@@ -66,7 +72,7 @@ class PooledGraphState:
         fixes = self._after_upstream(max_bs, max_num_tokens, lent)
         stale = pool.stale_bindings()
         if stale:
-            raise RuntimeError(
+            raise StaleBindingError(
                 f"{owner}: sglang's {called} replaced pooled buffers behind the pool: {stale}. "
                 "This sglang release is not supported by sglang-aiter-plugin; run "
                 "--attention-backend aiter meanwhile."
@@ -82,5 +88,5 @@ class PooledGraphState:
             "bytes beyond upstream's own allocation",
             f"upstream sized every per-batch buffer for {pool.capacity} rows"), *fixes)
         if not lent:
-            logger.info("sglang-aiter-plugin: %s.%s(max_bs=%d): %s", owner, called, max_bs,
-                        "; ".join(map(str, self.graph_fixes)))
+            log(logging.INFO, "sglang-aiter-plugin: %s.%s(max_bs=%d): %s", owner, called, max_bs,
+                "; ".join(map(str, self.graph_fixes)), always=False)

@@ -4,15 +4,25 @@ size 1, filled after upstream's graph metadata only where that leaves it unfille
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
+from sglang_aiter_plugin._errors import shorten
 from sglang_aiter_plugin.backend.graph_metadata import wrap_metadata_methods
 
-__all__ = ["PATCH", "install_page_table_fill", "upstream_fills"]
+__all__ = ["PATCH", "Probe", "install_page_table_fill", "upstream_fills"]
 
 PATCH = "unified-page-table"
+
+
+class Probe(NamedTuple):
+    """What the probe found: ``fills`` whether upstream's graph metadata fills the table;
+    ``undecided`` why it could not tell (then ``fills`` is false: the plugin fills the table,
+    which is right whether upstream also does or not)."""
+
+    fills: bool
+    undecided: str | None = None
 
 
 def _table(backend: Any) -> torch.Tensor:
@@ -22,19 +32,24 @@ def _table(backend: Any) -> torch.Tensor:
     return table
 
 
-def upstream_fills(backend: Any) -> bool:
+def upstream_fills(backend: Any) -> Probe:
     """Whether upstream's graph metadata (the class's, not this instance's hooks) writes the page
     table: one decode row (request slot 0, one token) through the method graph capture calls,
-    over a first entry marked -1, which it holds again afterwards."""
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
-
+    over a first entry marked -1, which it holds again afterwards. Where that call raises (a
+    release that reads more of the batch than the stand-in has) the probe cannot decide, and
+    says so."""
     table, cls = _table(backend), type(backend)
+    out_graph = hasattr(cls, "init_forward_metadata_out_graph")  # 0.5.13+
+    method = "init_forward_metadata_out_graph" if out_graph else (
+        "init_forward_metadata_capture_cuda_graph")
     one = torch.ones(1, dtype=torch.int64, device=backend.device)
     slot = torch.zeros(1, dtype=torch.int64, device=backend.device)
     kept = table[0, 0].clone()
     table[0, 0] = -1
     try:
-        if hasattr(cls, "init_forward_metadata_out_graph"):  # 0.5.13+
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+        if out_graph:
             cls.init_forward_metadata_out_graph(backend, SimpleNamespace(
                 batch_size=1, req_pool_indices=slot, seq_lens=one, seq_lens_cpu=one.cpu(),
                 seq_lens_sum=1, forward_mode=ForwardMode.DECODE, spec_info=None,
@@ -42,7 +57,10 @@ def upstream_fills(backend: Any) -> bool:
         else:
             cls.init_forward_metadata_capture_cuda_graph(
                 backend, 1, 1, slot, one, None, ForwardMode.DECODE, None)
-        return bool(table[0, 0] != -1)
+        return Probe(bool(table[0, 0] != -1))
+    except Exception as exc:  # cannot tell: the safe side is to fill it
+        return Probe(False, f"upstream's {method} raised on a one-row decode batch: "
+                            f"{shorten(f'{type(exc).__name__}: {exc}', 200, quoted=False)}")
     finally:
         table[0, 0] = kept
 

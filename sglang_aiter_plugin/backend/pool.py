@@ -11,7 +11,8 @@ import torch
 
 from sglang_aiter_plugin._errors import AiterExtError
 
-__all__ = ["Binding", "BufferPool", "BufferSpec", "Fill", "PoolFrozenError"]
+__all__ = ["Binding", "BufferPool", "BufferSpec", "Fill", "PoolFrozenError", "PoolSizeError",
+           "UnknownBufferError"]
 
 
 class Fill(str, enum.Enum):
@@ -65,6 +66,14 @@ class PoolFrozenError(AiterExtError, RuntimeError):
     """The pool was asked to grow after CUDA graphs were captured against its buffers."""
 
 
+class PoolSizeError(AiterExtError, ValueError):
+    """A pool asked for fewer than one row, or given one buffer twice."""
+
+
+class UnknownBufferError(AiterExtError, KeyError):
+    """The pool was asked for a buffer it does not own."""
+
+
 class BufferPool:
     """The single owner of a backend's per-batch buffers, sized in batch rows."""
 
@@ -73,13 +82,13 @@ class BufferPool:
         """Own ``specs`` at ``capacity`` rows, each bound to ``owner.<name>``: the tensor the owner
         holds there is kept where it fits exactly."""
         if capacity < 1:
-            raise ValueError(f"a buffer pool needs a capacity of at least 1 row, got {capacity}")
+            raise PoolSizeError(f"a buffer pool needs a capacity of at least 1 row, got {capacity}")
         self.owner, self.device = owner, device
         self.capacity = capacity  #: batch rows every buffer can hold
         self._specs: dict[str, BufferSpec] = {}
         for spec in specs:
             if spec.name in self._specs:
-                raise ValueError(f"buffer {spec.name!r} is described twice")
+                raise PoolSizeError(f"buffer {spec.name!r} is described twice")
             self._specs[spec.name] = spec
         held = {name: getattr(owner, name, None) for name in self._specs}
         handed = {n: t for n, t in held.items() if isinstance(t, torch.Tensor)}
@@ -107,7 +116,8 @@ class BufferPool:
         try:
             return self._tensors[name]
         except KeyError:
-            raise KeyError(f"the pool owns no buffer {name!r} (it owns {self.names()})") from None
+            raise UnknownBufferError(
+                f"the pool owns no buffer {name!r} (it owns {self.names()})") from None
 
     def view(self, binding: Binding) -> torch.Tensor:
         """What ``binding`` must hold now."""
@@ -139,7 +149,7 @@ class BufferPool:
         """Hold ``capacity`` rows: if more than now, reallocate and re-point every binding; return
         whether it grew (:class:`PoolFrozenError` after :meth:`freeze`)."""
         if capacity < 1:
-            raise ValueError(
+            raise PoolSizeError(
                 f"{type(self.owner).__name__}: cannot size its per-batch buffers for {capacity} "
                 f"rows ({reason}); a CUDA-graph batch size is at least 1"
             )

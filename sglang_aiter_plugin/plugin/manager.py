@@ -1,7 +1,10 @@
 """The plugin manager of the fixes in :data:`~sglang_aiter_plugin.fixes.BUILTIN_FIXES`.
 
-A fix the user switched off is blocked in pluggy, never imported; a fix that fails to load, raises
-or returns something else than a :class:`FixStatus` is ``failed`` while the others apply.
+A fix the user switched off is blocked in pluggy, never imported. Every other fix is registered
+under its name behind one guard (:func:`_call_fix`) and called through pluggy's hook call: a fix
+that fails to load, raises or returns something else than a :class:`FixStatus` is ``failed``
+while the others apply (pluggy itself stops at the first implementation that raises). The
+statuses come in the registry's order.
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ from typing import Any
 
 import pluggy
 
+from sglang_aiter_plugin._log import log
 from sglang_aiter_plugin._status import FixState, FixStatus
-from sglang_aiter_plugin.plugin import HOOK_PREFIX, PROJECT, spec
+from sglang_aiter_plugin.plugin import HOOK_PREFIX, PROJECT, hookimpl, spec
 from sglang_aiter_plugin.plugin.spec import FixContext
 
 __all__ = ["PluginManager", "load"]
 
-logger = logging.getLogger(__name__)
+HOOK = "aiter_ext_apply_fix"
 
 
 def load(value: str) -> object:
@@ -44,6 +48,17 @@ class _PluggyManager(pluggy.PluginManager):
         return super().parse_hookspec_opts(module_or_class, name)
 
 
+class _Guarded:
+    """A fix as pluggy calls it: its own implementation behind the one guard."""
+
+    def __init__(self, name: str, function: Any) -> None:
+        self.name, self.function = name, function
+
+    @hookimpl
+    def aiter_ext_apply_fix(self, context: FixContext) -> FixStatus:
+        return _call_fix(self.name, self.function, context)
+
+
 class PluginManager:
     """Typed facade over a :class:`pluggy.PluginManager` holding the fixes."""
 
@@ -61,31 +76,39 @@ class PluginManager:
                 self.pluggy.set_blocked(name)
                 continue
             try:
-                self.pluggy.register(load(value), name=name)
+                plugin = load(value)
+                implements = (hasattr(plugin, HOOK)
+                              and self.pluggy.parse_hookimpl_opts(plugin, HOOK) is not None)
+                self.pluggy.register(_Guarded(name, getattr(plugin, HOOK)) if implements
+                                     else plugin, name=name)
             except Exception as exc:  # a broken install must not stop the other fixes
                 self._problems.append(FixStatus(name, FixState.FAILED,
                     f"cannot load built-in {value}: {type(exc).__name__}: {exc}"))
 
     def apply_fixes(self, context: FixContext) -> list[FixStatus]:
-        """Run every registered fix once, each isolated from the others' failures."""
-        impls = {i.plugin_name: i for i in self.pluggy.hook.aiter_ext_apply_fix.get_hookimpls()}
+        """Run every registered fix once, through pluggy's hook call, each isolated from the
+        others' failures; the statuses in the registry's order."""
+        returned = {s.name: s for s in self.pluggy.hook.aiter_ext_apply_fix(context=context)}
         statuses: list[FixStatus] = list(self._problems)
         for name in self._order:
             if self.pluggy.is_blocked(name):
                 statuses.append(FixStatus(name, FixState.DISABLED, self._blocked[name]))
-            elif name in impls:  # not loaded: its failure is already among the statuses
-                statuses.append(_call_fix(name, impls[name].function, context))
+            elif name in returned:  # not loaded: its failure is already among the statuses
+                statuses.append(returned[name])
         return statuses
 
 
 def _call_fix(name: str, function: Any, context: FixContext) -> FixStatus:
+    """The one guard every fix runs behind: its status (under its registered name, later ones
+    too), ``failed`` where it raises or returns something else."""
+
     def report_as(status: FixStatus) -> None:  # a later outcome is always this fix's
         context.report(status._replace(name=name))
 
     try:
         result = function(context=context._replace(report=report_as))
     except Exception as exc:
-        logger.debug("fix %s raised", name, exc_info=True)
+        log(logging.DEBUG, "fix %s raised", name, exc_info=True, always=False)
         return FixStatus(name, FixState.FAILED, f"{type(exc).__name__}: {exc}")
     if not isinstance(result, FixStatus):
         return FixStatus(name, FixState.FAILED, f"returned {result!r}, not a FixStatus")

@@ -19,7 +19,11 @@ from sglang_aiter_plugin._status import FixState
 from testkit.plugin_state import fills_page_table
 from testkit.sglang_setup import POOL, Setup
 from testkit.subproc import run_python
-from testkit.upstream_next import unified_page_table_filled, workspace_helper
+from testkit.upstream_next import (
+    metadata_reads_more_of_the_batch,
+    unified_page_table_filled,
+    workspace_helper,
+)
 
 METADATA = ("init_forward_metadata_capture_cuda_graph", "init_forward_metadata_replay_cuda_graph",
             "init_forward_metadata_out_graph")
@@ -85,6 +89,33 @@ def test_the_unified_page_table_is_filled_once_by_whoever_upstream_leaves_it_to(
 
 def _log_line(backend: Any) -> str:
     return "; ".join(map(str, backend.graph_fixes))
+
+
+@pytest.mark.parametrize("sglang_setup", ["two-batch-overlap"], indirect=True)
+def test_a_page_table_probe_that_cannot_decide_fills_the_table_and_says_so(
+    sglang_setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release whose graph metadata reads more of the batch than the probe's stand-in has:
+    graph set-up goes on, takes the safe side (the plugin fills the table) and says why."""
+    from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend
+
+    monkeypatch.setenv("SGLANG_USE_AITER_UNIFIED_ATTN", "1")
+    bs = sglang_setup.max_bs
+    with metadata_reads_more_of_the_batch() as method:
+        backend = AiterExtAttnBackend(sglang_setup.runner)
+        backend.init_cuda_graph_state(bs, bs)  # does not raise
+        assert fills_page_table(backend)
+        (status,) = [s for s in backend.graph_fixes if s.name == "unified-page-table"]
+    assert status.state is FixState.APPLIED
+    assert status.detail.startswith(
+        "the page table is filled after upstream's graph metadata (whether upstream fills it is "
+        f"unknown: upstream's {method} raised on a one-row decode batch: ")
+    assert "num_token_non_padded" in status.detail
+    assert str(status) in _log_line(backend)
+    table = getattr(backend, "cuda_graph_page_table", None)
+    if table is None:
+        table = backend.cuda_graph_kv_indices.view(-1, int(backend.max_context_len))
+    assert int(table[0, 0]) != -1  # the probe's mark is taken back
 
 
 # ---------------------------------------------------------------- sglang#36563

@@ -36,10 +36,10 @@ SUPPORTED = list(_releases.TESTED)
 AREAS: dict[str, tuple[str, ...]] = {
     "discovery": ("tests/test_discovery.py", "tests/test_registration.py", "tests/plugin/",
                   "tests/test_install.py", "tests/test_footprint.py", "tests/test_status.py",
-                  "tests/test_patch.py"),
+                  "tests/test_patch.py", "tests/test_status_kept.py"),
     "CLI": ("tests/test_launch.py", "tests/test_doctor.py", "tests/test_switches.py",
             "tests/test_sglang.py", "tests/test_releases.py", "tests/test_docs.py",
-            "tests/test_errors.py"),
+            "tests/test_errors.py", "tests/test_raises.py"),
     "attention backend": ("tests/fixes/attention_backend/", "tests/test_rebind.py",
                           "tests/test_ledger.py"),
     "buffer pool": ("tests/backend/",),

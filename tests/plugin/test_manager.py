@@ -173,3 +173,19 @@ def test_a_later_report_is_always_filed_under_the_fixs_own_name() -> None:
     assert [r.name for r in reported] == ["third"]
     assert status.name == "third"
     assert status.waiting_for == ("m",)
+
+
+@pytest.mark.usefixtures("modules")
+def test_every_fix_is_called_through_pluggys_hook_call_in_the_registrys_order() -> None:
+    """One hook call reaches every fix (the guard keeps a raising one from stopping pluggy's
+    loop); pluggy calls the last registered first, the statuses keep the registry's order."""
+    manager = PluginManager([("boom", "tpf_raising"), ("good", "tpf_good"),
+                             ("garbage", "tpf_garbage")])
+    calls: list[tuple[str, list[str]]] = []
+    manager.pluggy.add_hookcall_monitoring(
+        lambda hook, impls, kwargs: calls.append((hook, [i.plugin_name for i in impls])),
+        lambda outcome, hook, impls, kwargs: None)
+    statuses = manager.apply_fixes(CONTEXT)
+    assert calls == [("aiter_ext_apply_fix", ["boom", "good", "garbage"])]
+    assert [(s.name, s.state) for s in statuses] == [
+        ("boom", FixState.FAILED), ("good", FixState.APPLIED), ("garbage", FixState.FAILED)]

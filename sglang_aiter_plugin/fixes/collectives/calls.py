@@ -15,10 +15,16 @@ import ast
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin.fixes.collectives.fix import UNREGISTERED, CollectiveFix
 from sglang_aiter_plugin.fixes.collectives.probe import AITER_CALLS, NO_COLLECTIVE
 
-__all__ = ["ALL_REDUCE", "NOT_AITERS", "CommunicatorCall", "communicator_calls", "known_as"]
+__all__ = ["ALL_REDUCE", "NOT_AITERS", "CommunicatorCall", "NoGroupCoordinatorError",
+           "communicator_calls", "known_as"]
+
+
+class NoGroupCoordinatorError(AiterExtError, LookupError):
+    """The source read holds no ``GroupCoordinator`` class."""
 
 ALL_REDUCE = ("_all_reduce_out_place", "custom_all_reduce")
 """sglang's all-reduce (method, call): ``capture-all-reduce`` probes it; TMS and the communicator
@@ -52,7 +58,7 @@ def communicator_calls(source: str) -> list[CommunicatorCall]:
     classes = [node for node in ast.parse(source).body
                if isinstance(node, ast.ClassDef) and node.name == "GroupCoordinator"]
     if not classes:
-        raise LookupError("no class GroupCoordinator in this source")
+        raise NoGroupCoordinatorError("no class GroupCoordinator in this source")
     found = []
     for method in classes[0].body:
         if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):

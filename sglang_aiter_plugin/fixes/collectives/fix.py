@@ -21,6 +21,8 @@ import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from sglang_aiter_plugin._errors import AiterExtError
+from sglang_aiter_plugin._log import log
 from sglang_aiter_plugin._patch import patched, wrap_once
 from sglang_aiter_plugin._post_import import when_imported
 from sglang_aiter_plugin._rebind import Overlay
@@ -34,13 +36,31 @@ if TYPE_CHECKING:  # the probe is imported where a fix decides: only on ROCm, on
 
     from sglang_aiter_plugin.fixes.collectives.probe import Condition, Invoke, ProbeResult
 
-__all__ = ["PARALLEL_STATE", "UNREGISTERED", "CollectiveFix", "Decision", "Method", "Plan",
-           "all_gather_unregistered", "all_reduce_unregistered", "calling_with",
-           "communicator_view", "fused_unregistered", "is_installed", "plan_for",
-           "qknorm_unregistered", "reduce_scatter_unregistered", "registration_off"]
+__all__ = [
+    "PARALLEL_STATE",
+    "UNREGISTERED",
+    "CollectiveFix",
+    "Decision",
+    "FusedArgumentsError",
+    "Method",
+    "Plan",
+    "all_gather_unregistered",
+    "all_reduce_unregistered",
+    "calling_with",
+    "communicator_view",
+    "fused_unregistered",
+    "is_installed",
+    "plan_for",
+    "qknorm_unregistered",
+    "reduce_scatter_unregistered",
+    "registration_off",
+]
+
+
+class FusedArgumentsError(AiterExtError, TypeError):
+    """A fused collective was called with more arguments after ``eps`` than its form takes."""
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
-logger = logging.getLogger("sglang_aiter_plugin")
 
 
 class Plan(NamedTuple):
@@ -117,15 +137,16 @@ def fused_unregistered(method: str, *names: str, **fixed: Any) -> Callable[..., 
     def unregistered(comm: Any, input: Any, residual_inp: Any, weight: Any, eps: float,
                      *rest: Any, **kwargs: Any) -> Any:
         if len(rest) > len(names):
-            raise TypeError(f"{method}: {len(rest)} arguments after eps; it takes {names}")
+            raise FusedArgumentsError(
+                f"{method}: {len(rest)} arguments after eps; it takes {names}")
         if comm.disabled or not comm.should_custom_ar(input):
             return None  # aiter's own answer for this input
         fused = getattr(comm, method, None)
         form = "unfused" if fused is None else "unregistered"
         if form not in _taken:
             _taken.add(form)
-            logger.info("sglang-aiter-plugin: a fused all-reduce+RMSNorm capture (%s) got %s",
-                        method, _FUSED_FORMS[form])
+            log(logging.INFO, "sglang-aiter-plugin: a fused all-reduce+RMSNorm capture (%s) got "
+                "%s", method, _FUSED_FORMS[form], always=False)
         if fused is None:
             return None
         return fused(input, residual_inp, w=weight, eps=eps, registered=False, **fixed,

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sglang_aiter_plugin._log import log
+
 __all__ = ["ATTENTION_MARKERS", "CAPTURE_MODE", "DP_ATTENTION", "LORA_MARKER", "RUNTIME_CONTEXT",
            "SAID", "ReplayCheck",
            "Seen", "replay_possible", "variant_marker"]
@@ -34,7 +36,6 @@ RUNTIME_CONTEXT = "sglang.srt.runtime_context"
 ATTENTION_MARKERS = ("get_capture_attention_variant",  # 0.5.20+ (layers/attention/graph_variants)
                      "get_capture_dsa_variant")  # 0.5.18-0.5.19 (the decode graph runner)
 LORA_MARKER = "get_capture_lora_variant"
-logger = logging.getLogger("sglang_aiter_plugin")
 SAID: set[str] = set()
 """The outcomes (:class:`Seen`) this process has logged: each once, whichever fix met it."""
 
@@ -162,15 +163,15 @@ class ReplayCheck:
         SAID.add(outcome)
         where = f"group {_group_name(coordinator)}, which spans DP ranks under DP attention,"
         if outcome == Seen.ONE_GRAPH:
-            logger.info("sglang-aiter-plugin: %s captures one graph per batch size (sglang marks "
-                        "no graph variant): its ranks replay the same graph, so its collectives "
-                        "keep the registered path", where)
+            log(logging.INFO, "sglang-aiter-plugin: %s captures one graph per batch size (sglang "
+                "marks no graph variant): its ranks replay the same graph, so its collectives "
+                "keep the registered path", where, always=False)
         elif outcome == Seen.SGLANG:
-            logger.info("sglang-aiter-plugin: %s captures graph variant %r, which its ranks may "
-                        "replay apart; sglang already captures its collectives unregistered "
-                        "(the communicator's enable_register_for_capturing is off): nothing for "
-                        "the plugin to do", where, variant)
+            log(logging.INFO, "sglang-aiter-plugin: %s captures graph variant %r, which its ranks "
+                "may replay apart; sglang already captures its collectives unregistered (the "
+                "communicator's enable_register_for_capturing is off): nothing for the plugin to "
+                "do", where, variant, always=False)
         else:
-            logger.info("sglang-aiter-plugin: %s captures graph variant %r, which its ranks may "
-                        "replay apart (sglang#36071): its collectives take the unregistered "
-                        "(copy-in) path in these captures", where, variant)
+            log(logging.INFO, "sglang-aiter-plugin: %s captures graph variant %r, which its ranks "
+                "may replay apart (sglang#36071): its collectives take the unregistered "
+                "(copy-in) path in these captures", where, variant, always=False)

@@ -104,11 +104,16 @@ def _raised_by_a_kernel(exc: BaseException) -> bool:
 
 
 def _run(case: Case, kind: str, device: str, unsafe: bool, tmp: Path) -> Result:
-    from sglang_aiter_plugin.selftest.sglang_setup import SCENARIOS, configure, graphs_off
+    from sglang_aiter_plugin.selftest.sglang_setup import (
+        SCENARIOS,
+        configure,
+        graphs_off,
+        write_model_dir,
+    )
 
     page = ("--page-size", str(case.page))
     mla = case.path == "mla"
-    model = _model_dir(tmp, mla)
+    model = write_model_dir(tmp / "model", mla=mla, aiter_mla_dims=mla)
     if case.form == "eager":
         setup = configure(model, SCENARIOS["dp-attention"], (*page, *graphs_off(),
                           *_dtype_flags(device)), device=device, pool=POOL)
@@ -124,12 +129,6 @@ def _run(case: Case, kind: str, device: str, unsafe: bool, tmp: Path) -> Result:
         if case.form == "eager":
             return _eager(case, setup, kind, device, unsafe)
         return _graphs(case, setup, kind, device, unsafe)
-
-
-def _model_dir(tmp: Path, mla: bool) -> Path:
-    from sglang_aiter_plugin.selftest.sglang_setup import write_model_dir
-
-    return write_model_dir(tmp / "model", mla=mla, aiter_mla_dims=mla)
 
 
 def _graphs(case: Case, setup: Setup, kind: str, device: str, unsafe: bool) -> Result:

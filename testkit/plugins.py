@@ -17,7 +17,7 @@ from sglang.srt.plugins import load_plugins
 load_plugins()
 imported = sorted(m for m in sys.modules if m.startswith("sglang_aiter_plugin"))
 from sglang_aiter_plugin._registration import last_statuses
-from sglang_aiter_plugin.fixes.collectives.fix import is_installed
+from sglang_aiter_plugin.fixes.collectives.wrappers import is_installed
 print("RESULT " + json.dumps({
     "statuses": {s.name: [s.state.value, s.detail] for s in last_statuses()},
     "wrapped": sorted(n for n in vars(ps.GroupCoordinator) if is_installed(ps.GroupCoordinator, n)),

@@ -16,8 +16,9 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from sglang_aiter_plugin._errors import AiterExtError
-from sglang_aiter_plugin.fixes.collectives.fix import UNREGISTERED, CollectiveFix
+from sglang_aiter_plugin.fixes.collectives.fix import CollectiveFix
 from sglang_aiter_plugin.fixes.collectives.probe import AITER_CALLS, NO_COLLECTIVE
+from sglang_aiter_plugin.fixes.collectives.wrappers import UNREGISTERED
 
 __all__ = ["ALL_REDUCE", "NOT_AITERS", "CommunicatorCall", "NoGroupCoordinatorError",
            "communicator_calls", "known_as"]

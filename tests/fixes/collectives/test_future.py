@@ -22,12 +22,8 @@ from packaging.version import Version
 from sglang_aiter_plugin import FixState
 from sglang_aiter_plugin._sglang import installed_sglang_version
 from sglang_aiter_plugin.fixes.collectives import ALL_GATHER, FUSED_AR_RMSNORM, REDUCE_SCATTER
-from sglang_aiter_plugin.fixes.collectives.fix import (
-    CollectiveFix,
-    Method,
-    calling_with,
-    is_installed,
-)
+from sglang_aiter_plugin.fixes.collectives.fix import CollectiveFix, Method, calling_with
+from sglang_aiter_plugin.fixes.collectives.wrappers import is_installed
 from sglang_aiter_plugin.plugin.spec import FixContext
 from testkit.collective_facts import has_variants
 from testkit.doubles import future_collectives as future

@@ -18,7 +18,7 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin._status import FixState
-from sglang_aiter_plugin.fixes.collectives.fix import all_reduce_unregistered
+from sglang_aiter_plugin.fixes.collectives.wrappers import all_reduce_unregistered
 from testkit.collective_facts import FIRST_WITH_VARIANTS, has_path, has_variants
 from testkit.doubles.communicator import RecordingCommunicator
 from tests.fixes.collectives.replay_scenario import child_data

@@ -41,7 +41,7 @@ PACKAGE = "sglang_aiter_plugin"
 #: Every module the package ships (``tests/test_doctor.py`` holds it to the source tree): the
 #: ``package`` check imports each, so a copy missing one, or one that does not import, fails.
 MODULES = (
-    "", "__main__", "_doctor", "_errors", "_log", "_patch", "_post_import", "_rebind",
+    "", "__main__", "_doctor", "_errors", "_ledger", "_log", "_patch", "_post_import", "_rebind",
     "_registration", "_releases", "_sglang", "_status", "_switches", "backend",
     "backend.bounds_check", "backend.buffers", "backend.capacity", "backend.classes",
     "backend.defects", "backend.graph_metadata", "backend.graph_state", "backend.page_table",
@@ -49,8 +49,8 @@ MODULES = (
     "fixes.attention_backend.choice", "fixes.attention_backend.fix",
     "fixes.attention_backend.sites", "fixes.collectives", "fixes.collectives.all_reduce",
     "fixes.collectives.calls", "fixes.collectives.fix", "fixes.collectives.plan",
-    "fixes.collectives.probe",
-    "fixes.collectives.replay", "fixes.collectives.wrappers", "plugin", "plugin.manager", "plugin.spec",
+    "fixes.collectives.probe", "fixes.collectives.replay", "fixes.collectives.wrappers", "plugin",
+    "plugin.manager", "plugin.spec",
     "selftest", "selftest.cases", "selftest.checks", "selftest.child", "selftest.decode",
     "selftest.decode_batch", "selftest.mlp_sync", "selftest.model_runner", "selftest.reference",
     "selftest.report", "selftest.run", "selftest.sglang_setup",
@@ -197,14 +197,14 @@ def _stops_on_sglang(exc: BaseException) -> bool:
 def _communicator_calls(report: Report, path: str | None = None) -> None:
     """The canary over sglang's ``parallel_state`` (``path``: its source, the installed one by
     default): a warning for each call on aiter's communicator the plugin does not know."""
-    from sglang_aiter_plugin.fixes.collectives import FIXES
+    from sglang_aiter_plugin.fixes.collectives import registered
     from sglang_aiter_plugin.fixes.collectives.calls import communicator_calls, known_as
     from sglang_aiter_plugin.fixes.collectives.fix import PARALLEL_STATE
 
     if path is None:
         path = getattr(importlib.util.find_spec(PARALLEL_STATE), "origin", None) or "?"
     calls = communicator_calls(Path(path).read_text())
-    unknown = [c for c in calls if known_as(c, FIXES) is None]
+    unknown = [c for c in calls if known_as(c, registered()) is None]
     for c in unknown:
         report.add("collectives", WARN, f"GroupCoordinator.{c.method} calls aiter's "
                    f"ca_comm.{c.name} ({path}:{c.line}), which the plugin does not know: it may "

@@ -11,7 +11,7 @@ from sglang_aiter_plugin._releases import __version__
 from sglang_aiter_plugin._sglang import Support, installed_sglang_version, support_of
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR, Switches, read_switches
-from sglang_aiter_plugin.fixes import BUILTIN_FIXES
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES, retired_reasons
 
 __all__ = ["last_statuses", "register", "run_fixes"]
 
@@ -29,7 +29,7 @@ def run_fixes() -> tuple[Switches, list[FixStatus]]:
         if _statuses is not None and _switches is not None:
             return _switches, list(_statuses.values())
         builtin = [name for name, _ in BUILTIN_FIXES]
-        switches = read_switches(builtin)
+        switches = read_switches(builtin, retired=retired_reasons())
         if not switches.enabled:  # switched off: touch nothing, not even pluggy; bad values told
             _switches = switches._replace(enabled=False, bounds_check=False)
             _statuses = {n: FixStatus(n, FixState.DISABLED, f"{ENABLE_VAR}=0") for n in builtin}

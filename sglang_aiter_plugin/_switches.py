@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 from sglang_aiter_plugin._errors import AiterExtError, shorten, summarise
 
-__all__ = ["BOUNDS_CHECK_VAR", "DISABLE_VAR", "ENABLE_VAR", "RETIRED_FIXES", "SwitchValueError",
-           "Switches", "bounds_check_requested", "read_switches"]
+__all__ = ["BOUNDS_CHECK_VAR", "DISABLE_VAR", "ENABLE_VAR", "SwitchValueError", "Switches",
+           "bounds_check_requested", "read_switches"]
 
 ENABLE_VAR = "SGLANG_AITER_EXT"
 DISABLE_VAR = "SGLANG_AITER_EXT_DISABLE"
@@ -23,11 +23,6 @@ BOUNDS_CHECK_VAR = "SGLANG_AITER_EXT_BOUNDS_CHECK"
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
-
-#: Names that were fixes once, and why nothing replaces them: listed in :data:`DISABLE_VAR` they
-#: are accepted and noted, never an unknown fix.
-RETIRED_FIXES: dict[str, str] = {}
-
 
 class Switches(NamedTuple):
     """The parsed switches, plus the problems found while parsing them and the notes on retired
@@ -64,11 +59,13 @@ def bounds_check_requested(environ: Mapping[str, str] | None = None) -> bool:
     return _parse_flag(BOUNDS_CHECK_VAR, env.get(BOUNDS_CHECK_VAR, ""), default=False)
 
 
-def read_switches(known_fixes: Iterable[str], environ: Mapping[str, str] | None = None) -> Switches:
+def read_switches(known_fixes: Iterable[str], environ: Mapping[str, str] | None = None,
+                  retired: Mapping[str, str] | None = None) -> Switches:
     """Parse the switches from ``environ`` (default: ``os.environ``): a bad value keeps the
     default and an unknown fix name is ignored, each recorded as a problem; a retired fix name
-    (:data:`RETIRED_FIXES`) is accepted, with a note."""
+    (``retired``: name -> why nothing replaces it) is accepted, with a note."""
     env = os.environ if environ is None else environ
+    retired = retired or {}
     problems: list[str] = []
 
     try:
@@ -85,10 +82,10 @@ def read_switches(known_fixes: Iterable[str], environ: Mapping[str, str] | None 
     known = sorted(set(known_fixes))
     listed = list(dict.fromkeys(item for part in env.get(DISABLE_VAR, "").split(",")
                                 if (item := part.strip())))
-    notes = tuple(f"{name} (in {DISABLE_VAR}) is no longer a fix: {RETIRED_FIXES[name]}, so "
+    notes = tuple(f"{name} (in {DISABLE_VAR}) is no longer a fix: {retired[name]}, so "
                   "there is nothing to disable" for name in listed
-                  if name in RETIRED_FIXES and name not in known)
-    unknown = [item for item in listed if item not in known and item not in RETIRED_FIXES]
+                  if name in retired and name not in known)
+    unknown = [item for item in listed if item not in known and item not in retired]
     if unknown:  # one problem, however long the list
         what = f"unknown fix {shorten(unknown[0])}" if len(unknown) == 1 else (
             f"{len(unknown):,} unknown fixes: {summarise(unknown)}")

@@ -1,5 +1,6 @@
-"""Command line: ``sglang-aiter-plugin doctor [--json] [--attention-backend NAME]`` and
-``sglang-aiter-plugin selftest [--device DEV] [--only CASE] [--json] ...``."""
+"""Command line: ``sglang-aiter-plugin doctor [--json] [--attention-backend NAME]``,
+``sglang-aiter-plugin selftest [--device DEV] [--only CASE] [--json] ...`` and
+``sglang-aiter-plugin ledger``."""
 
 from __future__ import annotations
 
@@ -43,9 +44,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "child processes at a time (default: 2)"))
     selftest.add_argument("--max-gpu-memory", type=int, default=4096, metavar="MIB", help=(
         "GPU memory each child may allocate through torch (default: 4096)"))
+    sub.add_parser("ledger", help=(
+        "print the ledger: every upstream defect the plugin answers, the sglang symbols it "
+        "touches, why, how, upstream's pull requests and when it steps aside (Markdown)"))
     args = parser.parse_args(argv)
     if args.command == "selftest":
         return _selftest(args)
+    if args.command == "ledger":
+        from sglang_aiter_plugin._ledger import markdown
+        from sglang_aiter_plugin.fixes import ledger_sections
+
+        print(markdown(ledger_sections()), end="")
+        return 0
 
     try:
         from sglang_aiter_plugin import _doctor

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from packaging.version import Version
 
-from sglang_aiter_plugin.fixes.collectives import FIXES
+from sglang_aiter_plugin.fixes.collectives import registered
 from sglang_aiter_plugin.fixes.collectives.probe import Condition
 
 __all__ = ["FIRST_WITH_PATH", "FIRST_WITH_PIECEWISE_FUSED", "FIRST_WITH_QUANT",
            "FIRST_WITH_VARIANTS", "METHOD_FIXES", "NEWEST_KNOWN", "has_path", "has_quant",
            "has_variants", "honoured_upstream"]
 
-METHOD_FIXES: dict[str, str] = {m.name: fix.name for fix in FIXES for m in fix.methods}
+METHOD_FIXES: dict[str, str] = {m.name: fix.name for fix in registered()
+                                 for m in fix.methods}
 """Each ``GroupCoordinator`` method a collective fix wraps -> that fix's name, from the fixes."""
 
 NEWEST_KNOWN = Version("0.5.23")

@@ -15,7 +15,7 @@ import sys
 
 from sglang_aiter_plugin._sglang import installed_sglang_version
 from sglang_aiter_plugin._status import FixState
-from sglang_aiter_plugin.fixes.collectives import FIXES
+from sglang_aiter_plugin.fixes.collectives import registered
 from sglang_aiter_plugin.fixes.collectives.fix import PARALLEL_STATE, Decision
 from sglang_aiter_plugin.fixes.collectives.probe import Condition
 from testkit.all_reduce_capture import registering
@@ -37,7 +37,7 @@ def verdicts() -> dict[str, Decision]:
     """Fix name -> what a ROCm process with this sglang would decide (nothing installed)."""
     version = installed_sglang_version()
     coordinator = importlib.import_module(PARALLEL_STATE).GroupCoordinator
-    return {fix.name: fix.decide(coordinator, version) for fix in FIXES}
+    return {fix.name: fix.decide(coordinator, version) for fix in registered()}
 
 
 def all_reduce() -> dict[str, str]:

@@ -450,10 +450,10 @@ def test_a_retired_fix_name_is_noted_once_in_the_switches_rows_and_fails_nothing
         also: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from sglang_aiter_plugin import _switches
 
-    monkeypatch.setattr(_switches, "RETIRED_FIXES", {"capture-old": "sglang does it itself"})
     report = _doctor.Report()
     env = {"SGLANG_AITER_EXT_DISABLE": f"capture-old{also}"}
-    _doctor._check_switches(report, _switches.read_switches(["attention-backend"], env))
+    retired = {"capture-old": "sglang does it itself"}
+    _doctor._check_switches(report, _switches.read_switches(["attention-backend"], env, retired))
     rows = [c for c in report.checks if c.name == "switches"]
     assert sum(c.summary.count("capture-old") for c in rows) == 1
     noted = next(c for c in rows if "capture-old" in c.summary)

@@ -1,41 +1,53 @@
-"""Each built-in fix carries a ledger: what it patches, why, how, upstream, when to remove it; so
-does the backend, for the upstream defects it covers (with tripwires that run "remove when")."""
+"""The plugin's ledger, one format for every upstream defect it answers: each built-in fix's entry
+and the backend's defects name the sglang symbols they touch, why, how, upstream and when they
+step aside; ``docs/ledger.md`` renders them; tripwires run "steps aside"."""
 
 from __future__ import annotations
 
 import importlib
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from packaging.version import Version
 
-from sglang_aiter_plugin.fixes import BUILTIN_FIXES
-from sglang_aiter_plugin.plugin.manager import load
+from sglang_aiter_plugin._ledger import Defect, markdown
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES, ledger_sections, load
 
-SECTIONS = ("Patches", "Why:", "How:", "Upstream PR:", "Remove when:")
-SYMBOL = re.compile(r"``(sglang\.[\w.]+):([\w.\[\]'\-]+)``")
-
-
-@pytest.mark.parametrize(("name", "module"), BUILTIN_FIXES)
-def test_every_builtin_fix_has_a_complete_ledger(name: str, module: str) -> None:
-    """The ledger is the docstring of what the registry loads (a module or a fix object)."""
-    doc = load(module).__doc__ or ""
-    assert doc.startswith(f"Fix ``{name}``"), f"{module}: the ledger does not name its fix"
-    positions = [doc.find(section) for section in SECTIONS]
-    assert -1 not in positions, f"{module}: missing {[s for s in SECTIONS if s not in doc]}"
-    assert positions == sorted(positions), f"{module}: sections out of order"
-    patches = doc[positions[0]:positions[1]]
-    assert SYMBOL.findall(patches), f"{module}: the ledger names no sglang symbol"
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def _attention_backend_ledger() -> tuple[str, list[tuple[str, str]]]:
-    """The attention-backend fix's ledger and the (module, qualname) of each symbol it names."""
+def _entries() -> list[Defect]:
+    return [d for _, entries in ledger_sections() for d in entries]
+
+
+@pytest.mark.parametrize(("name", "value"), BUILTIN_FIXES)
+def test_every_builtin_fix_has_its_ledger_entry_under_its_registry_name(
+        name: str, value: str) -> None:
+    entry = getattr(load(value), "ledger", None)
+    assert isinstance(entry, Defect), f"{value}: no ledger entry"
+    assert entry.name == name
+
+
+def test_every_entry_is_complete_and_named_once() -> None:
+    entries = _entries()
+    assert len({d.name for d in entries}) == len(entries)
+    for d in entries:
+        assert all((d.summary, d.why, d.how, d.upstream, d.steps_aside)), d
+        assert d.symbols(), f"{d.name}: no sglang symbol"
+        assert len(d.symbols()) == len(d.patches), f"{d.name}: {d.patches}"
+
+
+def test_the_ledger_page_is_rendered_from_the_entries() -> None:
+    page = (ROOT / "docs" / "ledger.md").read_text()
+    assert page == markdown(ledger_sections()), (
+        "docs/ledger.md is stale: sglang-aiter-plugin ledger > docs/ledger.md")
+
+
+def _attention_backend_ledger() -> Defect:
     from sglang_aiter_plugin.fixes.attention_backend import fix
 
-    doc = fix.__doc__ or ""
-    return doc, SYMBOL.findall(doc[doc.index("Patches"):doc.index("Why:")])
+    return fix.ledger
 
 
 def test_the_attention_backend_ledger_names_every_site_the_fix_wraps() -> None:
@@ -45,7 +57,7 @@ def test_the_attention_backend_ledger_names_every_site_the_fix_wraps() -> None:
         DRAFT_UTILS_MODULE,
     )
 
-    _, named = _attention_backend_ledger()
+    named = _attention_backend_ledger().symbols()
     wrapped = {(REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter']"),
                (REGISTRY_MODULE, "ATTENTION_BACKENDS['aiter-ext']"),
                *((DRAFT_UTILS_MODULE, f"DraftBackendFactory.{m}") for m in DRAFT_FACTORY_SITES)}
@@ -55,20 +67,18 @@ def test_the_attention_backend_ledger_names_every_site_the_fix_wraps() -> None:
 @pytest.mark.usefixtures("plugins_loaded")
 def test_every_symbol_of_the_ledger_exists_in_the_installed_release() -> None:
     """The ledger names real symbols: a rename in sglang turns this red before users see it."""
-    doc, named = _attention_backend_ledger()
     missing = []
-    for module_name, qualname in named:
-        module = importlib.import_module(module_name)
-        head, _, key = qualname.partition("[")
-        obj: object = module
-        for part in head.split("."):
-            obj = getattr(obj, part, None)
-        if key:
-            obj = obj.get(key.rstrip("]").strip("'")) if isinstance(obj, dict) else None
-        entry = doc[doc.index(f"``{module_name}:{qualname}``"):].split("\n")[0]  # its line
-        release_specific = re.search(r"\(0\.5\.\d+", entry) is not None
-        if obj is None and not release_specific:
-            missing.append(f"{module_name}:{qualname}")
+    for d in _entries():
+        for module_name, qualname in d.symbols():
+            module = importlib.import_module(module_name)
+            head, _, key = qualname.partition("[")
+            obj: object = module
+            for part in head.split("."):
+                obj = getattr(obj, part, None)
+            if key:
+                obj = obj.get(key.rstrip("]").strip("'")) if isinstance(obj, dict) else None
+            if obj is None and not d.release_specific((module_name, qualname)):
+                missing.append(f"{d.name}: {module_name}:{qualname}")
     assert missing == []
 
 
@@ -80,7 +90,8 @@ def test_the_release_specific_fold_point_exists_and_is_in_the_ledger() -> None:
 
     point = fold_point(ServerArgs)
     assert callable(getattr(ServerArgs, point))
-    assert f"ServerArgs.{point}" in {qualname for _, qualname in _attention_backend_ledger()[1]}
+    named = {qualname for _, qualname in _attention_backend_ledger().symbols()}
+    assert f"ServerArgs.{point}" in named
 
 
 # ---------------------------------------------------------------- the backend's ledger
@@ -100,7 +111,7 @@ def test_the_backend_ledger_names_each_defect_once_with_releases_upstream_and_re
     assert len({d.name for d in defects}) == len(defects)
     tested = [Version(v) for v in _releases.TESTED]
     for d in defects:
-        assert all((d.symptom, d.upstream, d.remove_when)), d
+        assert d.releases is not None, d
         first, _, last = d.releases.partition("-")
         assert Version(first) in tested, d
         if d.fixed_in is None:
@@ -116,7 +127,7 @@ def test_a_defect_every_supported_release_has_fixed_is_retired() -> None:
     plugin's fix for it (and its ledger row) must go."""
     from sglang_aiter_plugin import _releases
 
-    retired = [f"{d.name}: {d.remove_when}" for d in _defects()
+    retired = [f"{d.name}: {d.steps_aside}" for d in _defects()
                if d.fixed_in is not None
                and Version(_releases.OLDEST_SUPPORTED) >= Version(d.fixed_in)]
     assert retired == []

@@ -73,19 +73,19 @@ def test_huge_values_give_short_problems() -> None:
     assert max(len(enable), len(disable)) < 400
 
 
-@pytest.fixture
-def retired(monkeypatch: pytest.MonkeyPatch) -> str:
-    """A fix name retired with a reason (none is retired today: ``capture-all-reduce``, retired
-    once, is a fix again)."""
-    from sglang_aiter_plugin import _switches
+RETIRED = {"capture-old": "sglang does it itself"}
 
-    monkeypatch.setattr(_switches, "RETIRED_FIXES", {"capture-old": "sglang does it itself"})
+
+@pytest.fixture
+def retired() -> str:
+    """A fix name retired with a reason (none is retired today: ``capture-all-reduce``, retired
+    once, is a fix again); the tests pass :data:`RETIRED` as the registry does."""
     return "capture-old"
 
 
 def test_a_retired_fix_name_is_accepted_and_noted_once(retired: str) -> None:
     """A name that was a fix once: a user who still lists it did nothing wrong."""
-    s = read_switches(KNOWN, {"SGLANG_AITER_EXT_DISABLE": f"{retired}, {retired}"})
+    s = read_switches(KNOWN, {"SGLANG_AITER_EXT_DISABLE": f"{retired}, {retired}"}, RETIRED)
     assert not s.problems
     assert s.disabled_fixes == frozenset()
     (note,) = s.notes
@@ -95,7 +95,7 @@ def test_a_retired_fix_name_is_accepted_and_noted_once(retired: str) -> None:
 
 def test_a_retired_fix_name_beside_an_unknown_one_leaves_only_the_unknown_a_problem(
         retired: str) -> None:
-    s = read_switches(KNOWN, {"SGLANG_AITER_EXT_DISABLE": f"{retired},bogus"})
+    s = read_switches(KNOWN, {"SGLANG_AITER_EXT_DISABLE": f"{retired},bogus"}, RETIRED)
     (problem,) = s.problems
     assert "unknown fix 'bogus'" in problem
     assert retired not in problem
@@ -103,9 +103,9 @@ def test_a_retired_fix_name_beside_an_unknown_one_leaves_only_the_unknown_a_prob
 
 
 def test_capture_all_reduce_is_a_fix_again() -> None:
-    from sglang_aiter_plugin._switches import RETIRED_FIXES
+    from sglang_aiter_plugin.fixes import retired_reasons
 
-    assert "capture-all-reduce" not in RETIRED_FIXES
+    assert "capture-all-reduce" not in retired_reasons()
     s = read_switches([*KNOWN, "capture-all-reduce"],
                       {"SGLANG_AITER_EXT_DISABLE": "capture-all-reduce"})
     assert (s.problems, s.notes, s.disabled_fixes) == ((), (), frozenset({"capture-all-reduce"}))

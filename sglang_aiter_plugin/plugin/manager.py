@@ -9,7 +9,6 @@ statuses come in the registry's order.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -18,19 +17,13 @@ import pluggy
 
 from sglang_aiter_plugin._log import log
 from sglang_aiter_plugin._status import FixState, FixStatus
+from sglang_aiter_plugin.fixes import load
 from sglang_aiter_plugin.plugin import HOOK_PREFIX, PROJECT, hookimpl, spec
 from sglang_aiter_plugin.plugin.spec import FixContext
 
-__all__ = ["PluginManager", "load"]
+__all__ = ["PluginManager"]
 
 HOOK = "aiter_ext_apply_fix"
-
-
-def load(value: str) -> object:
-    """The plugin a ``module[:object]`` value of :data:`BUILTIN_FIXES` names."""
-    module, _, name = value.partition(":")
-    loaded = importlib.import_module(module)
-    return getattr(loaded, name) if name else loaded
 
 
 class _PluggyManager(pluggy.PluginManager):

@@ -26,7 +26,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as ``python tests/compat/collective_calls.py``
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from sglang_aiter_plugin import _releases
-from sglang_aiter_plugin.fixes.collectives import FIXES
+from sglang_aiter_plugin.fixes.collectives import registered
 from sglang_aiter_plugin.fixes.collectives.calls import communicator_calls, known_as
 from tests.compat import per_release
 
@@ -39,7 +39,7 @@ UNKNOWN = "UNKNOWN: may register during capture, no fix covers it"
 
 def rows(source: str) -> list[dict[str, Any]]:
     """One row per call on aiter's communicator in a ``parallel_state.py``, with its verdict."""
-    return [{**call._asdict(), "known_as": known_as(call, FIXES) or UNKNOWN}
+    return [{**call._asdict(), "known_as": known_as(call, registered()) or UNKNOWN}
             for call in communicator_calls(source)]
 
 

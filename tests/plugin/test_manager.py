@@ -12,8 +12,8 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin import FixState, FixStatus
-from sglang_aiter_plugin.fixes import BUILTIN_FIXES
-from sglang_aiter_plugin.plugin.manager import PluginManager, load
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES, load
+from sglang_aiter_plugin.plugin.manager import PluginManager
 from sglang_aiter_plugin.plugin.spec import FixContext
 from testkit.plugins import off_rocm_process
 

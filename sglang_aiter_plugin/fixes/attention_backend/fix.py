@@ -1,30 +1,5 @@
-"""Fix ``attention-backend``: ``aiter-ext`` is sglang's ``aiter``, built as the plugin's classes.
-
-Patches (``module:qualname``, wrapped unless noted):
-    * ``sglang.srt.server_args:ATTENTION_BACKEND_CHOICES`` -- ``aiter-ext`` appended, in place;
-    * ``sglang.srt.server_args:ServerArgs.resolve_once`` (0.5.19+) -- the fold;
-    * ``sglang.srt.server_args:ServerArgs.__post_init__`` (0.5.11-0.5.18) -- the fold;
-    * ``sglang.srt.layers.attention.attention_registry:ATTENTION_BACKENDS['aiter']``;
-    * ``sglang.srt.layers.attention.attention_registry:ATTENTION_BACKENDS['aiter-ext']`` --
-      added, fails fast when the fold was skipped;
-    * ``sglang.srt.speculative.draft_utils:DraftBackendFactory._create_aiter_prefill_backend``;
-    * ``sglang.srt.speculative.draft_utils:DraftBackendFactory._create_aiter_decode_backend``;
-    * ``sglang.srt.layers.attention.aiter_backend:AiterMultiStepDraftBackend.__init__`` -- not
-      modified: the plugin's draft class runs a copy of it that builds the plugin's children.
-Why:
-    sglang decides by the literal name ``"aiter"`` in many places (28 attention decision points
-    in 0.5.23: memory fraction, model validation, DCP, the draft factories, the backend stamp
-    model code reads back...). A new name silently misses every one of them, or is rejected.
-How:
-    Two steps, each when sglang imports the module it changes (``pending`` until then): on
-    ``server_args`` the CLI choice and the fold (:mod:`.choice`); on the backend registry, once a
-    launch chooses ``aiter-ext``, the construction sites for that choice only (:mod:`.sites`).
-Upstream PR:
-    None: sglang has no notion of a backend that "is" another backend under a second name.
-Remove when:
-    Never; this is the plugin's reason to exist. The canaries in ``tests/fixes/attention_backend``
-    fail when a release adds an ``"aiter"`` decision or a construction site the fix misses.
-"""
+"""Fix ``attention-backend``: ``aiter-ext`` is sglang's ``aiter``, built as the plugin's classes
+(its ledger: :data:`ledger`)."""
 
 from __future__ import annotations
 
@@ -33,6 +8,7 @@ import threading
 from collections.abc import Callable
 from types import ModuleType
 
+from sglang_aiter_plugin._ledger import Defect
 from sglang_aiter_plugin._post_import import cancel, when_imported
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.fixes.attention_backend.choice import EXT_NAME, install_fold
@@ -40,11 +16,44 @@ from sglang_aiter_plugin.plugin import hookimpl
 from sglang_aiter_plugin.plugin.spec import FixContext
 
 __all__ = ["DONE", "FIX_NAME", "REGISTRY_MODULE", "SERVER_ARGS_MODULE", "AttentionBackendFix",
-           "aiter_ext_apply_fix"]
+           "aiter_ext_apply_fix", "ledger"]
 
 FIX_NAME = "attention-backend"
 SERVER_ARGS_MODULE = "sglang.srt.server_args"
 REGISTRY_MODULE = "sglang.srt.layers.attention.attention_registry"
+_DRAFT = "sglang.srt.speculative.draft_utils:DraftBackendFactory"
+
+ledger = Defect(
+    FIX_NAME, "`--attention-backend aiter-ext` is sglang's `aiter`, built as the plugin's classes",
+    patches=(
+        "sglang.srt.server_args:ATTENTION_BACKEND_CHOICES (aiter-ext appended, in place)",
+        "sglang.srt.server_args:ServerArgs.resolve_once (0.5.19+: the fold)",
+        "sglang.srt.server_args:ServerArgs.__post_init__ (0.5.11-0.5.18: the fold)",
+        f"{REGISTRY_MODULE}:ATTENTION_BACKENDS['aiter']",
+        f"{REGISTRY_MODULE}:ATTENTION_BACKENDS['aiter-ext'] (added; fails fast when the fold "
+        "was skipped)",
+        f"{_DRAFT}._create_aiter_prefill_backend",
+        f"{_DRAFT}._create_aiter_decode_backend",
+        "sglang.srt.layers.attention.aiter_backend:AiterMultiStepDraftBackend.__init__ (not "
+        "modified: the plugin's draft class runs a copy of it that builds the plugin's "
+        "children)",
+    ),
+    why="sglang decides by the literal name \"aiter\" in many places (28 attention decision "
+        "points in 0.5.23: memory fraction, model validation, DCP, the draft factories, the "
+        "backend stamp model code reads back...). A new name silently misses every one of "
+        "them, or is rejected.",
+    how="Two steps, each when sglang imports the module it changes (`pending` until then): on "
+        "`server_args` the CLI choice and the fold (`fixes/attention_backend/choice.py`); on the "
+        "backend registry, once a launch chooses `aiter-ext`, the construction sites for that "
+        "choice only (`fixes/attention_backend/sites.py`).",
+    upstream="none: sglang has no notion of a backend that \"is\" another backend under a "
+             "second name",
+    steps_aside="never: this is the plugin's reason to exist. Skipped where sglang is not "
+                "installed; the canaries in `tests/fixes/attention_backend` fail when a release "
+                "adds an \"aiter\" decision or a construction site the fix misses.",
+    releases="0.5.11-",
+)
+"""This fix's entry in the plugin's ledger."""
 DONE = f"`--attention-backend {EXT_NAME}` resolves as 'aiter' and builds the plugin's classes"
 WHAT = {SERVER_ARGS_MODULE: "the CLI choice and the fold",
         REGISTRY_MODULE: "the backend registry entry and the EAGLE/MTP draft factories"}

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the probe is imported where a fix decides: only on ROCm, on
     # parallel_state is imported
     from packaging.version import Version
 
+    from sglang_aiter_plugin._ledger import Defect
     from sglang_aiter_plugin.fixes.collectives.probe import Condition, Invoke, ProbeResult
 
 __all__ = ["PARALLEL_STATE", "CollectiveFix", "Decision", "Method", "calling_with"]
@@ -64,16 +65,18 @@ class Decision(NamedTuple):
 
 
 class CollectiveFix:
-    """A collective fix as a pluggy plugin (its ledger as ``__doc__``; ``title``: the collective,
-    in statuses): on ROCm, once sglang has imported ``parallel_state``, it wraps ``methods``
-    (each probed with ``invoke``) where sglang ignores a capture condition, with the
-    :data:`UNREGISTERED` forms; ``how``: for the ``applied`` status."""
+    """A collective fix as a pluggy plugin (``ledger``: its entry in the plugin's ledger, which
+    names it; ``title``: the collective, in statuses): on ROCm, once sglang has imported
+    ``parallel_state``, it wraps ``methods`` (each probed with ``invoke``) where sglang ignores a
+    capture condition, with the :data:`~.wrappers.UNREGISTERED` forms; ``how``: for the
+    ``applied`` status."""
 
-    def __init__(self, name: str, title: str, *, invoke: Invoke, methods: tuple[Method, ...],
-                 how: str, ledger: str) -> None:
-        self.name = name
+    def __init__(self, title: str, *, ledger: Defect, invoke: Invoke,
+                 methods: tuple[Method, ...], how: str) -> None:
+        self.ledger = ledger
+        self.name = ledger.name
         self.title = title
-        self.__doc__ = ledger
+        self.__doc__ = f"Fix ``{ledger.name}``: {ledger.summary}."
         self.methods = methods
         self.invoke = invoke
         self.how = how

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from sglang_aiter_plugin.fixes.collectives import FIXES
+from sglang_aiter_plugin.fixes.collectives import registered
 from sglang_aiter_plugin.fixes.collectives.calls import (
     CommunicatorCall,
     communicator_calls,
@@ -34,7 +34,7 @@ def installed_source() -> str:
 
 
 def unknown(source: str) -> list[CommunicatorCall]:
-    return [c for c in communicator_calls(source) if known_as(c, FIXES) is None]
+    return [c for c in communicator_calls(source) if known_as(c, registered()) is None]
 
 
 def coordinator(body: str) -> str:
@@ -48,7 +48,7 @@ def test_every_call_the_installed_release_makes_on_aiters_communicator_is_known(
     calls = communicator_calls(installed_source())
     assert calls, "the canary found no call at all: it no longer reads this release"
     found = [f"GroupCoordinator.{c.method} calls ca_comm.{c.name} (line {c.line})"
-             for c in calls if known_as(c, FIXES) is None]
+             for c in calls if known_as(c, registered()) is None]
     assert found == [], (
         f"sglang {sglang_version} makes calls on aiter's communicator the plugin does not know: "
         f"{'; '.join(found)}. Each may register the caller's tensors during CUDA-graph capture "
@@ -136,7 +136,7 @@ def test_aiters_further_fused_calls_are_known_in_a_probed_method() -> None:
     assert [c.name for c in calls] == [
         "custom_fused_ar_rms_quant", "custom_fused_ar_rms_mxfp4_quant",
         "fused_ar_rms_mxfp4_quant", "custom_fused_ar_rms_packed_input"]
-    assert [known_as(c, FIXES) for c in calls] == [
+    assert [known_as(c, registered()) for c in calls] == [
         "probed by capture-fused-ar-rmsnorm, which has its unregistered form",
         "probed by capture-fused-ar-rmsnorm, which has its unregistered form",
         "registers nothing during a capture", "registers nothing during a capture"]

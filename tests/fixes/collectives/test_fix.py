@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from sglang_aiter_plugin._ledger import Defect
 from sglang_aiter_plugin._patch import MARK, wrap_once
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.fixes.collectives.fix import CollectiveFix, Decision, Method, calling_with
@@ -100,7 +101,8 @@ def test_a_method_that_is_not_a_plain_function_fails_the_fix_and_nothing_is_wrap
         monkeypatch: pytest.MonkeyPatch) -> None:
     stock = staticmethod(lambda x: x)
     cls = type("GroupCoordinator", (), {"first": _Target.method, "second": stock})
-    collective = CollectiveFix("capture-test", "test", invoke=calling_with(), how="-", ledger="-",
+    collective = CollectiveFix("test", ledger=Defect("capture-test", "-", (), "-", "-", "-", "-"),
+                               invoke=calling_with(), how="-",
                                methods=(Method("first", ()), Method("second", ())))
     decided = Decision(FixStatus(collective.name, FixState.APPLIED, "-"),
                        methods=("first", "second"))

@@ -20,6 +20,7 @@ import torch
 from packaging.version import Version
 
 from sglang_aiter_plugin import FixState
+from sglang_aiter_plugin._ledger import Defect
 from sglang_aiter_plugin._sglang import installed_sglang_version
 from sglang_aiter_plugin.fixes.collectives import ALL_GATHER, FUSED_AR_RMSNORM, REDUCE_SCATTER
 from sglang_aiter_plugin.fixes.collectives.fix import CollectiveFix, Method, calling_with
@@ -171,8 +172,9 @@ def test_a_new_method_calling_aiters_qknorm_all_reduce_is_fixed_once_a_fix_lists
     shapes = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
     rest = tuple(a for a in args if not isinstance(a, torch.Tensor))
     listing = CollectiveFix(
-        "capture-qknorm", "fused qk-norm all-reduce", invoke=calling_with(*shapes, then=rest),
-        methods=(Method(name, (params,)),), how="its unregistered form", ledger="")
+        "fused qk-norm all-reduce", ledger=Defect("capture-qknorm", "-", (), "-", "-", "-", "-"),
+        invoke=calling_with(*shapes, then=rest), methods=(Method(name, (params,)),),
+        how="its unregistered form")
     status, cls, _ = _decided(listing, {name: method})
     assert status.state is FixState.APPLIED, status
     assert _captured(cls, name, args, True, monkeypatch) == [(unregistered, False)]

@@ -15,7 +15,7 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin._status import FixState
-from sglang_aiter_plugin.fixes.collectives import FIXES
+from sglang_aiter_plugin.fixes.collectives import registered
 from sglang_aiter_plugin.fixes.collectives.fix import Decision
 from testkit.all_reduce_capture import OUT_PLACE, registering
 from testkit.collective_facts import has_variants
@@ -31,7 +31,7 @@ def found() -> dict[str, Decision]:
     return verdicts()
 
 
-@pytest.mark.parametrize("fix", [f.name for f in FIXES])
+@pytest.mark.parametrize("fix", [f.name for f in registered()])
 def test_fix_is_still_needed(found: dict[str, Decision], fix: str, sglang_version: Version) -> None:
     verdict = found[fix]
     if verdict.status.state is FixState.SKIPPED:
@@ -42,10 +42,10 @@ def test_fix_is_still_needed(found: dict[str, Decision], fix: str, sglang_versio
         return
     assert verdict.status.state is FixState.APPLIED, (
         f"sglang {sglang_version} no longer needs {fix} ({verdict.status.detail}). Its ledger's "
-        f"'Remove when' is met once {sglang_version} or a later release is the oldest supported "
-        f"one: then delete {OBJECTS[fix]} from sglang_aiter_plugin.fixes.collectives (and from its "
-        f"FIXES) and {fix} from sglang_aiter_plugin.fixes.BUILTIN_FIXES. Until then, record the "
-        f"release in testkit/collective_facts.py.")
+        f"'steps aside' is met once {sglang_version} or a later release is the oldest supported "
+        f"one: then delete {OBJECTS[fix]} from sglang_aiter_plugin.fixes.collectives and {fix} "
+        f"from sglang_aiter_plugin.fixes.BUILTIN_FIXES. Until then, record the release in "
+        f"testkit/collective_facts.py.")
 
 
 def test_all_reduce_still_needs_nothing_under_tms_and_the_communicator_flag(

@@ -53,9 +53,20 @@ FUSED = ("fused_allreduce_rmsnorm", "fused_allreduce_rmsnorm_quant_per_group")
 FLAGS = {"flag on": True, "flag off": False, "flag missing": None}
 
 
+def _all_reduce_registers(variant: str, copy_in: bool, flag: bool | None) -> bool:
+    """Whether a captured custom all-reduce registers: aiter's follows its flag (sglang builds it
+    off under TMS: that is sglang's part); the plugin's wrapper turns it off under copy-in, which
+    a communicator without the flag cannot be told (the wrapper then warns)."""
+    if variant == "wrapped" and copy_in and flag is not None:
+        return False
+    return flag is not False
+
+
 def _expected(method: str, variant: str, kind: str, *, tms: bool, copy_in: bool,
               flag: bool | None, version: Any) -> list[list[Any]]:
     """The calls the capture makes on the communicator: ``[method, registered]``."""
+    if method == "_all_reduce_out_place":
+        return [["custom_all_reduce", _all_reduce_registers(variant, copy_in, flag)]]
     from sglang_aiter_plugin.fixes.collectives.probe import Condition
     from testkit.collective_facts import honoured_upstream
 
@@ -72,7 +83,8 @@ def _expected(method: str, variant: str, kind: str, *, tms: bool, copy_in: bool,
         return [["custom_fused_ar_rms_per_group_quant" if quant else "custom_fused_ar_rms", True]]
     if kind == "full":
         return [["fused_ar_rms_per_group_quant" if quant else "fused_ar_rms", False]]
-    return [["custom_all_reduce", flag is not False]]  # sglang's unfused all-reduce
+    # sglang's unfused all-reduce, through the plugin's wrapper on _all_reduce_out_place
+    return [["custom_all_reduce", _all_reduce_registers("wrapped", copy_in, flag)]]
 
 
 class Case:

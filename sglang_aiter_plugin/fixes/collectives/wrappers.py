@@ -80,7 +80,7 @@ _FUSED_FORMS = {
     "unfused": "None (the communicator has no unregistered form), so sglang runs its unfused "
                "all-reduce and RMSNorm",
 }
-_taken: set[str] = set()  # the fused forms this process took (each is logged once)
+_taken: set[str] = set()  # logged once per process: each fused form taken, a switchless all-reduce
 
 
 def communicator_view(communicator: Any, forms: Mapping[str, Callable[..., Any]]) -> Overlay:
@@ -165,7 +165,17 @@ def registration_off(comm: Any) -> Iterator[None]:
 def all_reduce_unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
     """``custom_all_reduce`` with registration during capture off for this call: aiter's reads
     its ``enable_register_for_capturing`` at each call (e4048607) and sglang's own captures with
-    ``registered=not tms_cudagraph``, so each copies the input into its pre-registered buffer."""
+    ``registered=not tms_cudagraph``, so each copies the input into its pre-registered buffer.
+
+    A communicator with neither switch (no sglang release builds one: an aiter without the flag
+    fails sglang's construction of it) cannot be taken off its registered path: the call runs as
+    is, and a warning says so once per process."""
+    if not any(hasattr(comm, name) for name, _ in _REGISTRATION_OFF) and "switchless" not in _taken:
+        _taken.add("switchless")
+        log(logging.WARNING, "sglang-aiter-plugin: a custom all-reduce captured under a condition "
+            "that must not register runs on a %s without enable_register_for_capturing or "
+            "tms_cudagraph, so it registers the caller's tensors: the capture-all-reduce fix "
+            "cannot take it off that path", type(comm).__name__, always=False)
     with registration_off(comm):
         return comm.custom_all_reduce(*args, **kwargs)
 

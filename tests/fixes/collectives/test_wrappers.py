@@ -232,3 +232,20 @@ def test_each_collective_hands_its_unregistered_form_to_a_capture(
     coordinator = types.SimpleNamespace(ca_comm=comm)
     collective.wrap(lambda target, *args: call(target.ca_comm))(coordinator)
     assert comm.calls == [made]
+
+
+@pytest.mark.parametrize("flag", [True, None])
+def test_an_all_reduce_on_a_communicator_without_either_switch_says_it_still_registers(
+        flag: bool | None, logged: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No sglang release builds such a communicator; if one appears, the capture cannot be taken
+    off its registered path, and the log says so instead of nothing."""
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    comm = RecordingCommunicator(capturing=True, register_flag=flag)
+    for _ in range(2):
+        view_of(comm).custom_all_reduce(X)
+    assert comm.calls == [("custom_all_reduce", flag is None)] * 2
+    warned = [m for m in logged() if "without enable_register_for_capturing" in m]
+    assert len(warned) == (1 if flag is None else 0)
+    if flag is None:
+        assert "RecordingCommunicator" in warned[0]
+        assert "cannot take it off that path" in warned[0]

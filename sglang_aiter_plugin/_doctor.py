@@ -121,7 +121,7 @@ def collect(selected_backend: str | None = None) -> Report:
         report.run("selection", _check_selection, selected_backend, bool(loaded), *fixes)
     report.run("collectives", _communicator_calls)
     report.run("package", _check_package)  # last: it imports what a launch imports later
-    report.run("backend", _upstream_defects)
+    report.run("graph set-up", _graph_set_up)
     report.run("naming", _naming)
     return report
 
@@ -215,17 +215,28 @@ def _communicator_calls(report: Report, path: str | None = None) -> None:
                    "on aiter's communicator are known to the plugin")
 
 
-def _upstream_defects(report: Report) -> None:
-    """Which defects of upstream ``aiter`` the ledger measured on the installed release."""
+def _graph_set_up(report: Report) -> None:
+    """One row per defect of upstream's AITER backend on the installed release (the ledger, as
+    measured), each with the status ``aiter-ext``'s graph set-up reported where it ran in this
+    process; elsewhere what that set-up will decide on, since it runs only in a launch."""
     from sglang_aiter_plugin._sglang import installed_sglang_version
+    from sglang_aiter_plugin._status import FixState, current
     from sglang_aiter_plugin.backend.defects import defects_on
 
     version = installed_sglang_version()
-    if version is not None:
-        names = ", ".join(d.name for d in defects_on(version)) or "none"
-        report.add("backend", INFO, f"defects of upstream aiter on sglang {version} (as measured): "
-                   f"{names}; aiter-ext checks each against what upstream's own graph set-up "
-                   "left, and logs what it did then (docs/buffer-pool.md describes each)")
+    if version is None:
+        return
+    reported = {s.name: s for s in current() or []}
+    for defect in defects_on(version):
+        status = reported.get(defect.name)
+        if status is None:
+            report.add(f"graph set-up {defect.name}", INFO, f"upstream aiter on sglang {version}: "
+                       f"{defect.summary} (as measured); aiter-ext answers it, and a launch's "
+                       "graph set-up logs what it did")
+        else:
+            level = FAIL if status.state is FixState.FAILED else OK
+            report.add(f"graph set-up {defect.name}", level, status.state.value
+                       + (f": {status.detail}" if status.detail else ""))
 
 
 def _naming(report: Report) -> None:
@@ -430,6 +441,7 @@ def _check_fixes(report: Report) -> tuple[Switches, list[FixStatus]]:
     """Each fix's outcome once sglang has imported what it imports at launch."""
     from sglang_aiter_plugin._registration import last_statuses, run_fixes
     from sglang_aiter_plugin._status import FixState
+    from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 
     switches, statuses = run_fixes()
     for module in {m for s in statuses if s.state is FixState.PENDING for m in s.waiting_for}:
@@ -437,7 +449,8 @@ def _check_fixes(report: Report) -> tuple[Switches, list[FixStatus]]:
             importlib.import_module(module)
         except Exception as exc:
             report.add("fixes", WARN, f"cannot import {module} as sglang would: {exc!r}")
-    statuses = [_classes_built(s) for s in last_statuses() or statuses]
+    fixes = {name for name, _ in BUILTIN_FIXES}  # graph set-up's statuses have their own rows
+    statuses = [_classes_built(s) for s in last_statuses() or statuses if s.name in fixes]
     _check_switches(report, switches)
     for status in statuses:  # pending here: the import sglang makes at launch did not happen
         level = {FixState.FAILED: FAIL, FixState.PENDING: WARN}.get(status.state, OK)

@@ -1,5 +1,5 @@
-"""``register()``'s work in every process that loads plugins, and the statuses of its fixes (as
-of now: a ``pending`` fix's final outcome replaces its status)."""
+"""``register()``'s work in every process that loads plugins: the switches, the fixes run once,
+the start-up line. The statuses live on :mod:`._status`'s board (:func:`last_statuses`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 from sglang_aiter_plugin._log import log as _log
 from sglang_aiter_plugin._releases import __version__
 from sglang_aiter_plugin._sglang import Support, installed_sglang_version, support_of
-from sglang_aiter_plugin._status import FixState, FixStatus
+from sglang_aiter_plugin._status import FixState, FixStatus, begin, current, report
 from sglang_aiter_plugin._switches import DISABLE_VAR, ENABLE_VAR, Switches, read_switches
 from sglang_aiter_plugin.fixes import BUILTIN_FIXES, retired_reasons
 
@@ -17,52 +17,34 @@ __all__ = ["last_statuses", "register", "run_fixes"]
 
 
 _lock = threading.RLock()
-_statuses: dict[str, FixStatus] | None = None
-_switches: Switches | None = None
+_switches: Switches | None = None  # set once the fixes ran in this process
 _logged = False  # the start-up line, once per process however often sglang calls register()
 
 
 def run_fixes() -> tuple[Switches, list[FixStatus]]:
     """Read the switches and apply every fix once per process (re-entrant, idempotent)."""
-    global _statuses, _switches
+    global _switches
     with _lock:
-        if _statuses is not None and _switches is not None:
-            return _switches, list(_statuses.values())
+        if _switches is not None:
+            return _switches, current() or []
         builtin = [name for name, _ in BUILTIN_FIXES]
         switches = read_switches(builtin, retired=retired_reasons())
         if not switches.enabled:  # switched off: touch nothing, not even pluggy; bad values told
             _switches = switches._replace(enabled=False, bounds_check=False)
-            _statuses = {n: FixStatus(n, FixState.DISABLED, f"{ENABLE_VAR}=0") for n in builtin}
-            return _switches, list(_statuses.values())
+            return _switches, begin(FixStatus(n, FixState.DISABLED, f"{ENABLE_VAR}=0")
+                                    for n in builtin)
         from sglang_aiter_plugin.plugin.manager import PluginManager
         from sglang_aiter_plugin.plugin.spec import FixContext
 
         _switches = switches
         blocked = {name: f"listed in {DISABLE_VAR}" for name in switches.disabled_fixes}
         manager = PluginManager(BUILTIN_FIXES, blocked=blocked)
-        _statuses = {}
-        context = FixContext(sglang_version=installed_sglang_version(), report=_report_later)
-        for status in manager.apply_fixes(context):
-            _statuses.setdefault(status.name, status)
-        return _switches, list(_statuses.values())
+        context = FixContext(sglang_version=installed_sglang_version(), report=report)
+        return _switches, begin(manager.apply_fixes(context))
 
 
-def _report_later(status: FixStatus) -> None:
-    """A pending fix's outcome: replace its status; log it once it is final."""
-    with _lock:
-        if _statuses is None:
-            return
-        _statuses[status.name] = status
-    if status.state is FixState.PENDING:
-        return
-    level = logging.WARNING if status.state is FixState.FAILED else logging.INFO
-    _log(level, "sglang-aiter-plugin: %s", status)
-
-
-def last_statuses() -> list[FixStatus] | None:
-    """The statuses of this process's fixes, as of now, or ``None`` if none ran."""
-    with _lock:
-        return None if _statuses is None else list(_statuses.values())
+last_statuses = current
+"""This process's statuses as of now (:func:`._status.current`), or ``None`` if no fix ran."""
 
 
 def register() -> None:

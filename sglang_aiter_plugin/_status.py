@@ -1,11 +1,18 @@
-"""Typed outcome of one fix: what the plugin did to the running sglang, and why."""
+"""Typed outcome of one fix, or of graph set-up on one upstream defect: what the plugin did to
+the running sglang, and why; and the one route every status takes to the log and to ``doctor``
+(:func:`report`, which keeps this process's statuses: :func:`current`)."""
 
 from __future__ import annotations
 
 import enum
+import logging
+import threading
+from collections.abc import Iterable
 from typing import NamedTuple
 
-__all__ = ["FixState", "FixStatus"]
+from sglang_aiter_plugin._log import log
+
+__all__ = ["FixState", "FixStatus", "begin", "current", "report"]
 
 
 class FixState(str, enum.Enum):
@@ -38,3 +45,40 @@ class FixStatus(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.name}={self.state.value}" + (f" ({self.detail})" if self.detail else "")
+
+
+_lock = threading.RLock()
+_board: dict[str, FixStatus] | None = None  # this process's statuses by name, once fixes ran
+
+
+def begin(statuses: Iterable[FixStatus]) -> list[FixStatus]:
+    """The statuses the fixes returned at plugin load (the start-up line logs them): the board's
+    first content, in order; a name reported twice keeps its first status."""
+    global _board
+    with _lock:
+        _board = {}
+        for status in statuses:
+            _board.setdefault(status.name, status)
+        return list(_board.values())
+
+
+def report(*statuses: FixStatus, where: str = "", always: bool = True) -> None:
+    """The one route of a status after plugin load (a fix's later outcome, graph set-up's per
+    defect): each replaces its name's status on the board (once fixes ran), and the final ones
+    are logged in one line, after ``where`` (``always``: as :func:`~._log.log` says)."""
+    with _lock:
+        if _board is not None:
+            _board.update((status.name, status) for status in statuses)
+    final = [s for s in statuses if s.state is not FixState.PENDING]
+    if not final:
+        return
+    level = logging.WARNING if any(s.state is FixState.FAILED for s in final) else logging.INFO
+    log(level, "sglang-aiter-plugin: %s%s", f"{where}: " if where else "",
+        "; ".join(map(str, final)), always=always)
+
+
+def current() -> list[FixStatus] | None:
+    """This process's statuses as of now (a ``pending`` fix's outcome replaces it; graph
+    set-up's follow the fixes), or ``None`` if no fix ran here."""
+    with _lock:
+        return None if _board is None else list(_board.values())

@@ -88,8 +88,9 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
     assert checks["package"]["summary"] == (
         f"all {len(_doctor.MODULES)} modules import, from {ROOT / 'sglang_aiter_plugin'}")
     # which of upstream's defects this release has: the graph-buffer width ones only before 0.5.13
-    named = checks["backend"]["summary"].split("(as measured): ")[1].split("; ")[0].split(", ")
+    named = [n.removeprefix("graph set-up ") for n in checks if n.startswith("graph set-up ")]
     assert "unified-page-table" in named
+    assert all(checks[f"graph set-up {n}"]["level"] == "info" for n in named)  # not run here
     assert ("kv-indices-per-page" in named) == (sglang_version < Version("0.5.13"))
 
 

@@ -42,7 +42,6 @@ def fixes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     monkeypatch.syspath_prepend(str(tmp_path))
     names = tuple((f"fix-{s.name.lower()}", f"tsk_fixes:FIX_{i}") for i, s in enumerate(STATES))
     monkeypatch.setattr(_registration, "BUILTIN_FIXES", names)
-    monkeypatch.setattr(_registration, "_statuses", None)
     monkeypatch.setattr(_registration, "_switches", None)
     monkeypatch.delenv("SGLANG_AITER_EXT", raising=False)
     monkeypatch.delenv("SGLANG_AITER_EXT_DISABLE", raising=False)
@@ -82,3 +81,38 @@ def test_graph_set_up_says_applied_only_where_it_acted() -> None:
         "rows", FixState.APPLIED, "did")
     assert outcome("rows", False, "did", "upstream does") == FixStatus(
         "rows", FixState.NOT_NEEDED, "upstream does")
+
+
+@pytest.mark.usefixtures("plugins_loaded")
+def test_graph_set_ups_statuses_take_the_one_route_to_the_log_and_to_doctor(
+        model_dir: Path) -> None:
+    """Graph set-up reports through the same route as a fix's later outcome: one log line, and
+    the statuses of this process, which ``doctor`` shows on the ``graph set-up`` rows."""
+    from sglang_aiter_plugin import _doctor, _status
+    from sglang_aiter_plugin._log import logger
+    from testkit.sglang_setup import SCENARIOS, configure
+
+    _registration.run_fixes()
+    setup = configure(model_dir, SCENARIOS["two-batch-overlap"])
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.INFO)  # sglang's logging set-up replaces the root's
+    handler.emit = records.append  # type: ignore[method-assign,assignment]
+    logger.addHandler(handler)
+    try:
+        with setup.scope:
+            from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend
+
+            backend = AiterExtAttnBackend(setup.runner)
+            backend.init_cuda_graph_state(setup.max_bs, setup.max_bs)
+    finally:
+        logger.removeHandler(handler)
+    (rows,) = [s for s in backend.graph_fixes if s.name == "rows"]
+    assert rows.state is FixState.APPLIED  # 33 -> 34 rows
+    assert {s.name: s for s in _status.current() or []}["rows"] == rows
+    (line,) = [r.getMessage() for r in records if "init_cuda_graph_state" in r.getMessage()]
+    assert line == (f"sglang-aiter-plugin: AiterExtAttnBackend.init_cuda_graph_state(max_bs="
+                    f"{setup.max_bs}): " + "; ".join(map(str, backend.graph_fixes)))
+    report = _doctor.Report()
+    _doctor._graph_set_up(report)
+    row = next(c for c in report.checks if c.name == "graph set-up rows")
+    assert (row.level, row.summary) == ("ok", f"applied: {rows.detail}")

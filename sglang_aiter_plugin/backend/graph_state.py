@@ -4,12 +4,10 @@ upstream has."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from sglang_aiter_plugin._errors import AiterExtError
-from sglang_aiter_plugin._log import log
-from sglang_aiter_plugin._status import FixState, FixStatus
+from sglang_aiter_plugin._status import FixState, FixStatus, report
 from sglang_aiter_plugin._switches import bounds_check_requested
 from sglang_aiter_plugin.backend.bounds_check import install_bounds_check
 from sglang_aiter_plugin.backend.pool import BufferPool
@@ -37,7 +35,8 @@ class PooledGraphState:
     buffer_pool: BufferPool
     rows_defect = "rows"  # the ledger row this pool's rows answer
     graph_fixes: tuple[FixStatus, ...] = ()
-    """What the last graph set-up did, one status per ``backend.defects`` row it decides."""
+    """What the last graph set-up did, one status per ``backend.defects`` row it decides (also
+    reported through :func:`._status.report`, to the log line and this process's statuses)."""
 
     def _before_upstream(self, max_bs: int) -> None:
         """Checks that must hold before upstream's set-up runs (none by default)."""
@@ -87,6 +86,5 @@ class PooledGraphState:
             f"{', '.join(short)} hold {pool.capacity} rows: {pool.bytes_beyond_handed():,} "
             "bytes beyond upstream's own allocation",
             f"upstream sized every per-batch buffer for {pool.capacity} rows"), *fixes)
-        if not lent:
-            log(logging.INFO, "sglang-aiter-plugin: %s.%s(max_bs=%d): %s", owner, called, max_bs,
-                "; ".join(map(str, self.graph_fixes)), always=False)
+        if not lent:  # a draft child's (lent buffers) are its parent's to report
+            report(*self.graph_fixes, where=f"{owner}.{called}(max_bs={max_bs})", always=False)

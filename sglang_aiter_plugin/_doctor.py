@@ -47,7 +47,7 @@ MODULES = (
     "backend.defects", "backend.graph_metadata", "backend.graph_state", "backend.page_table",
     "backend.pool", "backend.widths", "cli", "fixes", "fixes.attention_backend",
     "fixes.attention_backend.choice", "fixes.attention_backend.fix",
-    "fixes.attention_backend.sites", "fixes.collectives", "fixes.collectives.all_reduce",
+    "fixes.attention_backend.sites", "fixes.collectives",
     "fixes.collectives.calls", "fixes.collectives.fix", "fixes.collectives.plan",
     "fixes.collectives.probe", "fixes.collectives.replay", "fixes.collectives.wrappers", "plugin",
     "plugin.manager", "plugin.spec",

@@ -15,7 +15,7 @@ from testkit.subproc import run_main_script, run_python
 #: looked up on the object, so an attribute set on it replaces it).
 BREAK_A_FIX = """
 from sglang_aiter_plugin.fixes import collectives
-from sglang_aiter_plugin.plugin import hookimpl
+from sglang_aiter_plugin.plugin.spec import hookimpl
 
 @hookimpl
 def aiter_ext_apply_fix(context):

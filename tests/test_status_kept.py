@@ -18,7 +18,7 @@ STATES = list(FixState)
 
 FIXES = """
 from sglang_aiter_plugin import FixState, FixStatus
-from sglang_aiter_plugin.plugin import hookimpl
+from sglang_aiter_plugin.plugin.spec import hookimpl
 
 reports = {}
 

@@ -18,8 +18,8 @@ import pluggy
 from sglang_aiter_plugin._log import log
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.fixes import load
-from sglang_aiter_plugin.plugin import HOOK_PREFIX, PROJECT, hookimpl, spec
-from sglang_aiter_plugin.plugin.spec import FixContext
+from sglang_aiter_plugin.plugin import spec
+from sglang_aiter_plugin.plugin.spec import HOOK_PREFIX, PROJECT, FixContext, hookimpl
 
 __all__ = ["PluginManager"]
 

@@ -1,21 +1,26 @@
-"""The hook specification every fix implements; it runs at plugin load, never per decode step."""
+"""What a fix is to pluggy: the hook every fix implements (it runs at plugin load, never per
+decode step), the context it is called with, and the markers of both."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pluggy
-
-from sglang_aiter_plugin.plugin import PROJECT
 
 if TYPE_CHECKING:
     from packaging.version import Version
 
     from sglang_aiter_plugin._status import FixStatus
 
-__all__ = ["FixContext", "aiter_ext_apply_fix"]
+__all__ = ["HOOK_PREFIX", "PROJECT", "FixContext", "aiter_ext_apply_fix", "hookimpl"]
 
+PROJECT = "sglang_aiter_plugin"
+HOOK_PREFIX = "aiter_ext_"  # every hook's name starts with it (as pytest's with ``pytest_``)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+hookimpl: Callable[[_F], _F] = pluggy.HookimplMarker(PROJECT)
+"""Marks a fix's implementation of :func:`aiter_ext_apply_fix`."""
 hookspec = pluggy.HookspecMarker(PROJECT)
 
 

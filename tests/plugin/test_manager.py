@@ -23,7 +23,7 @@ BUILTIN_NAMES = [name for name, _ in BUILTIN_FIXES]
 FIX_SOURCES = {
     "tpf_good": """
         from sglang_aiter_plugin import FixState, FixStatus
-        from sglang_aiter_plugin.plugin import hookimpl
+        from sglang_aiter_plugin.plugin.spec import hookimpl
         calls = []
 
         @hookimpl
@@ -32,14 +32,14 @@ FIX_SOURCES = {
             return FixStatus("ignored", FixState.APPLIED, f"sglang {context.sglang_version}")
     """,
     "tpf_raising": """
-        from sglang_aiter_plugin.plugin import hookimpl
+        from sglang_aiter_plugin.plugin.spec import hookimpl
 
         @hookimpl
         def aiter_ext_apply_fix(context):
             raise RuntimeError("probe exploded")
     """,
     "tpf_garbage": """
-        from sglang_aiter_plugin.plugin import hookimpl
+        from sglang_aiter_plugin.plugin.spec import hookimpl
 
         @hookimpl
         def aiter_ext_apply_fix(context):
@@ -76,7 +76,7 @@ def test_every_builtin_fix_is_a_plugin_implementing_the_hook_in_order() -> None:
 def test_only_hook_names_are_looked_at_on_a_fix() -> None:
     """pluggy reads no attribute of a fix but its ``aiter_ext_`` ones: a fix object's properties
     (which may need sglang) are never evaluated at registration."""
-    from sglang_aiter_plugin.plugin import hookimpl
+    from sglang_aiter_plugin.plugin.spec import hookimpl
 
     class Fix:
         @property

@@ -12,8 +12,7 @@ from sglang_aiter_plugin._ledger import Defect
 from sglang_aiter_plugin._post_import import cancel, when_imported
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.fixes.attention_backend.choice import EXT_NAME, install_fold
-from sglang_aiter_plugin.plugin import hookimpl
-from sglang_aiter_plugin.plugin.spec import FixContext
+from sglang_aiter_plugin.plugin.spec import FixContext, hookimpl
 
 __all__ = ["DONE", "FIX_NAME", "REGISTRY_MODULE", "SERVER_ARGS_MODULE", "AttentionBackendFix",
            "aiter_ext_apply_fix", "ledger"]

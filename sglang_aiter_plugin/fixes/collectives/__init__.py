@@ -16,8 +16,12 @@ for it (``tests/fixes/collectives/test_tripwires.py`` fails on a release that do
 from __future__ import annotations
 
 from sglang_aiter_plugin._ledger import Defect
-from sglang_aiter_plugin.fixes.collectives.all_reduce import AllReduceFix
-from sglang_aiter_plugin.fixes.collectives.fix import CollectiveFix, Method, calling_with
+from sglang_aiter_plugin.fixes.collectives.fix import (
+    AllReduceFix,
+    CollectiveFix,
+    Method,
+    calling_with,
+)
 
 __all__ = ["ALL_GATHER", "ALL_REDUCE", "FUSED_AR_RMSNORM", "REDUCE_SCATTER", "registered"]
 

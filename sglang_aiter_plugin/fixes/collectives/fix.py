@@ -10,6 +10,7 @@ set on ``GroupCoordinator``, checking the fix's :class:`~.plan.Plan` during a ca
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import types
 from collections.abc import Callable
@@ -20,8 +21,7 @@ from sglang_aiter_plugin._post_import import when_imported
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.fixes.collectives.plan import Plan, plan_for
 from sglang_aiter_plugin.fixes.collectives.wrappers import UNREGISTERED, is_installed, wrapper
-from sglang_aiter_plugin.plugin import hookimpl
-from sglang_aiter_plugin.plugin.spec import FixContext
+from sglang_aiter_plugin.plugin.spec import FixContext, hookimpl
 
 if TYPE_CHECKING:  # the probe is imported where a fix decides: only on ROCm, once sglang's
     # parallel_state is imported
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the probe is imported where a fix decides: only on ROCm, on
     from sglang_aiter_plugin._ledger import Defect
     from sglang_aiter_plugin.fixes.collectives.probe import Condition, Invoke, ProbeResult
 
-__all__ = ["PARALLEL_STATE", "CollectiveFix", "Decision", "Method", "calling_with"]
+__all__ = ["PARALLEL_STATE", "AllReduceFix", "CollectiveFix", "Decision", "Method", "calling_with"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
 
@@ -220,3 +220,42 @@ class CollectiveFix:
             for name in decision.methods:
                 wrap_once(cls, name, self.name, self.wrap)
         return decision.status
+
+
+class AllReduceFix(CollectiveFix):
+    """A :class:`CollectiveFix` that takes on copy-in (where requested) and the ranks replaying
+    different graphs only.
+
+    sglang hands a capture's all-reduce to aiter's ``custom_all_reduce``, which follows the
+    communicator's ``enable_register_for_capturing``; sglang builds aiter's communicator with
+    that off under torch_memory_saver, and its own ROCm communicator captures with
+    ``registered=not tms_cudagraph``. So TMS and the communicator flag are sglang's (the
+    tripwire tests check both on every release). Left to the plugin: the group's ranks replaying
+    different graphs (where sglang captures graph variants) and copy-in, which sglang's all-
+    reduce never reads; copy-in counts only where it is requested
+    (``SGLANG_AITER_CAPTURE_COPY_IN=1`` at start-up), so a release without graph variants says
+    ``not needed`` unless the user asked for copy-in.
+    """
+
+    def counted(self, result: ProbeResult, variants: bool) -> tuple[Condition, ...]:
+        from sglang_aiter_plugin.fixes.collectives.probe import COPY_IN_ENV, Condition
+
+        copy_in = (Condition.COPY_IN in result.ignored
+                   and os.environ.get(COPY_IN_ENV, "0") == "1")
+        return tuple(c for c, on in ((Condition.COPY_IN, copy_in), (Condition.REPLAY, variants))
+                     if on)
+
+    def honoured(self, found: list[tuple[str, ProbeResult]]) -> str:
+        from sglang_aiter_plugin.fixes.collectives.probe import Condition
+
+        return f"{Condition.TMS} (the communicator it builds), {Condition.COMM_FLAG}"
+
+    def not_needed(self, release: str, names: str, found: list[tuple[str, ProbeResult]],
+                   variants: str) -> str:
+        from sglang_aiter_plugin.fixes.collectives.probe import COPY_IN_ENV, TMS_ENV
+
+        copy_in = ("sglang's all-reduce honours it" if os.environ.get(COPY_IN_ENV, "0") == "1"
+                   else "not set")
+        return (f"{variants}; {COPY_IN_ENV}: {copy_in}; {release}'s {names} captures through "
+                f"aiter's custom_all_reduce, which follows the communicator flag (sglang turns it "
+                f"off under {TMS_ENV}=1)")

@@ -55,7 +55,7 @@ def test_all_reduce_still_needs_nothing_under_tms_and_the_communicator_flag(
         f"sglang {sglang_version}'s all-reduce registers during CUDA-graph capture despite "
         f"{'; '.join(found)}. The plugin's all-reduce fix takes on only copy-in and ranks "
         "replaying different graphs: add the condition to its AllReduceFix.counted (in "
-        "sglang_aiter_plugin.fixes.collectives.all_reduce) before supporting this release.")
+        "sglang_aiter_plugin.fixes.collectives.fix) before supporting this release.")
 
 
 def test_all_reduce_needs_the_fix_under_replay_and_copy_in(

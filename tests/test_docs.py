@@ -55,3 +55,40 @@ def test_doctor_exits_as_the_readme_says(levels: tuple[str, ...], code: int) -> 
         report.add(f"check {i}", level, "text")
     assert report.exit_code == code
 
+
+
+ARCHITECTURE = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+PACKAGE = Path(__file__).resolve().parents[1] / "sglang_aiter_plugin"
+
+
+def _questions() -> list[tuple[str, list[tuple[str, str]]]]:
+    """Each question of the architecture page and its (file, what it shows there) pairs."""
+    table = ARCHITECTURE.split("<!-- questions:start -->")[1].split("<!-- questions:end -->")[0]
+    rows = [ln for ln in table.strip().splitlines()[2:] if ln.startswith("|")]
+    questions = []
+    for row in rows:
+        question, files = (cell.strip() for cell in row.strip().strip("|").split(" | "))
+        pairs = re.findall(r"`([\w/]+\.py)` \(((?:[^()]|\([^()]*\))*)\)", files)
+        questions.append((question, pairs))
+    return questions
+
+
+def test_the_architecture_page_answers_each_question_in_at_most_three_files() -> None:
+    questions = _questions()
+    assert len(questions) >= 8
+    for question, pairs in questions:
+        assert 1 <= len(pairs) <= 3, question
+        for name, shows in pairs:
+            source = (PACKAGE / name).read_text()  # a file that is gone fails here
+            for symbol in re.findall(r"`(\w+(?:\.\w+)?)`", shows):  # each named symbol is there
+                assert symbol.split(".")[-1] in source, f"{question}: {symbol} not in {name}"
+
+
+def test_the_architecture_page_lists_every_module_of_the_package() -> None:
+    listing = ARCHITECTURE.split("```")[1]
+    for module in sorted(PACKAGE.rglob("*.py")):
+        relative = module.relative_to(PACKAGE)
+        if relative.name in ("__init__.py", "__main__.py") and relative.parent.name in (
+                "", "selftest", "fixes", "plugin"):
+            continue  # the package doors: what they hold is said where they are named
+        assert relative.name in listing, f"docs/architecture.md does not list {relative}"

@@ -37,6 +37,10 @@ class FixContext(NamedTuple):
 
 @hookspec
 def aiter_ext_apply_fix(context: FixContext) -> FixStatus:  # type: ignore[empty-body]
-    """Probe whether the fix is needed here and apply it; report what happened. Called once per
-    process that loads plugins, from ``register()``: it must be cheap. Raising makes the fix
-    ``failed``; prefer ``skipped``/``not needed`` with a reason."""
+    """Probe whether the fix is needed here and apply it; report what happened, as
+    ``FixStatus(name, FixState.<state>, detail)`` (the name is the registry's whatever the fix
+    says; the states: ``applied``, ``pending`` with ``waiting_for``, ``not needed``, ``skipped``,
+    ``failed``). Called once per process that loads plugins, from ``register()``: it must be
+    cheap. Raising makes the fix ``failed``; prefer ``skipped``/``not needed`` with a reason. The
+    plugin also carries its entry in the plugin's ledger as ``ledger``
+    (:class:`~sglang_aiter_plugin._ledger.Defect`)."""

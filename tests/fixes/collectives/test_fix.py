@@ -6,29 +6,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import torch
 
 from sglang_aiter_plugin._ledger import Defect
 from sglang_aiter_plugin._patch import MARK, wrap_once
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.fixes.collectives.fix import CollectiveFix, Decision, Method, calling_with
-from sglang_aiter_plugin.fixes.collectives.probe import Condition
-from sglang_aiter_plugin.fixes.collectives.wrappers import (
-    UNREGISTERED,
-    communicator_view,
-    is_installed,
-)
+from sglang_aiter_plugin.fixes.collectives.wrappers import is_installed
 from testkit.subproc import run_python
 from tests.fixes.collectives.scenario import METHODS
-
-X, W = torch.ones((1, 128)), torch.ones(128)
-
-
-def view_of(comm: Any) -> Any:
-    """What a wrapped method's capture gets under a condition: the collective table's view."""
-    return communicator_view(comm, UNREGISTERED)
-
-ALL = tuple(Condition)
 
 
 def layers(cls: type, name: str) -> int:
@@ -37,9 +22,6 @@ def layers(cls: type, name: str) -> int:
     while hasattr(fn, "__wrapped__"):
         fn, n = fn.__wrapped__, n + 1
     return n
-
-
-# -- installing on the class ----------------------------------------------------------------------
 
 
 def test_sglangs_module_walk_finds_no_copy_of_any_wrapped_method(plugins_loaded) -> None:  # type: ignore[no-untyped-def]

@@ -2,40 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-import torch
 
 from sglang_aiter_plugin.fixes.collectives.plan import Plan, plan_for
 from sglang_aiter_plugin.fixes.collectives.probe import Condition
-from sglang_aiter_plugin.fixes.collectives.wrappers import (
-    UNREGISTERED,
-    communicator_view,
-)
-from testkit.doubles.communicator import (
-    RecordingCommunicator,
-)
-
-X, W = torch.ones((1, 128)), torch.ones(128)
-
-
-def view_of(comm: Any) -> Any:
-    """What a wrapped method's capture gets under a condition: the collective table's view."""
-    return communicator_view(comm, UNREGISTERED)
+from testkit.doubles.communicator import RecordingCommunicator
 
 ALL = tuple(Condition)
-
-
-def layers(cls: type, name: str) -> int:
-    """How many wrappers (the plugin's and anyone's) sit on ``cls.name``."""
-    fn, n = vars(cls)[name], 0
-    while hasattr(fn, "__wrapped__"):
-        fn, n = fn.__wrapped__, n + 1
-    return n
-
-
-# -- the plan -------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ from sglang_aiter_plugin.fixes.collectives import (
 )
 from sglang_aiter_plugin.fixes.collectives.fix import CollectiveFix
 from sglang_aiter_plugin.fixes.collectives.plan import Plan
-from sglang_aiter_plugin.fixes.collectives.probe import Condition
 from sglang_aiter_plugin.fixes.collectives.wrappers import (
     UNREGISTERED,
     communicator_view,
@@ -39,15 +38,6 @@ def view_of(comm: Any) -> Any:
     """What a wrapped method's capture gets under a condition: the collective table's view."""
     return communicator_view(comm, UNREGISTERED)
 
-ALL = tuple(Condition)
-
-
-def layers(cls: type, name: str) -> int:
-    """How many wrappers (the plugin's and anyone's) sit on ``cls.name``."""
-    fn, n = vars(cls)[name], 0
-    while hasattr(fn, "__wrapped__"):
-        fn, n = fn.__wrapped__, n + 1
-    return n
 
 
 # -- the views ------------------------------------------------------------------------------------

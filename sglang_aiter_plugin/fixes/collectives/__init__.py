@@ -98,7 +98,8 @@ REDUCE_SCATTER = CollectiveFix(
     ledger=Defect(
         "capture-reduce-scatter", "no IPC registration of a reduce-scatter's input when unsafe",
         patches=(
-            "sglang.srt.distributed.parallel_state:GroupCoordinator._maybe_aiter_reduce_scatter",
+            "sglang.srt.distributed.parallel_state:GroupCoordinator._maybe_aiter_reduce_scatter "
+            "(0.5.15+)",
         ),
         why="During a capture sglang's AITER reduce-scatter (0.5.15+, "
             "`SGLANG_DP_USE_REDUCE_SCATTER`, on by default on HIP) calls aiter's `reduce_scatter` "

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from packaging.version import Version
 
+from sglang_aiter_plugin.fixes.collectives import registered
 from testkit.collective_facts import has_path, has_quant
 from testkit.plugins import off_rocm_process
 from testkit.subproc import run_python
 from tests.fixes.collectives.scenario import METHODS, child_data, wrapped
 
-FIXES = ("capture-all-reduce", "capture-all-gather", "capture-reduce-scatter",
-         "capture-fused-ar-rmsnorm")
+FIXES = tuple(fix.name for fix in registered())
 
 STATE = """
 import sys

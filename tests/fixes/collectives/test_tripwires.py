@@ -15,15 +15,14 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin._status import FixState
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES
 from sglang_aiter_plugin.fixes.collectives import registered
 from sglang_aiter_plugin.fixes.collectives.fix import Decision
 from testkit.all_reduce_capture import OUT_PLACE, registering
 from testkit.collective_facts import has_variants
 from testkit.collective_verdicts import verdicts
 
-OBJECTS = {"capture-all-reduce": "ALL_REDUCE", "capture-all-gather": "ALL_GATHER",
-           "capture-reduce-scatter": "REDUCE_SCATTER",
-           "capture-fused-ar-rmsnorm": "FUSED_AR_RMSNORM"}
+OBJECTS = {name: value.rpartition(":")[2] for name, value in BUILTIN_FIXES}  # name -> its object
 
 
 @pytest.fixture(scope="module")

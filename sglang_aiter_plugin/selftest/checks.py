@@ -136,7 +136,7 @@ def _graphs(case: Case, setup: Setup, kind: str, device: str, unsafe: bool) -> R
 
     sizes = graph_sizes(case, setup, build_backend(kind, setup), device, SEED + 1,
                         _max_len(device), hold=_holds(kind, unsafe))
-    return _judged(list(sizes), f"P = {POOL}, graph max_bs = {setup.max_bs}")
+    return _judged(list(sizes), f"P = {POOL}, graph max_bs = {setup.max_bs}", unsafe)
 
 
 def _eager(case: Case, setup: Setup, kind: str, device: str, unsafe: bool) -> Result:
@@ -145,7 +145,7 @@ def _eager(case: Case, setup: Setup, kind: str, device: str, unsafe: bool) -> Re
     batch = eager_batch(case, setup, build_backend(kind, setup), device, SEED + 2,
                         _max_len(device), rows=POOL, others=[POOL],
                         hold=_holds(kind, unsafe, writes_only=True))
-    return _judged([batch], f"{POOL} requests padded by MLP sync")
+    return _judged([batch], f"{POOL} requests padded by MLP sync", unsafe)
 
 
 def _holds(kind: str, unsafe: bool, *, writes_only: bool = False) -> Callable[[str], bool]:
@@ -157,13 +157,19 @@ def _holds(kind: str, unsafe: bool, *, writes_only: bool = False) -> Callable[[s
                           and (not writes_only or "writes" in short))
 
 
-def _judged(sizes: list[SizeOutcome], what: str) -> Result:
+def _judged(sizes: list[SizeOutcome], what: str, unsafe: bool) -> Result:
     """One result for a case's batches: ``raised`` at the first that raised, ``wrong`` where a
-    row is off the reference, ``held back`` where any batch did not run, else ``ok``."""
+    row is off the reference, ``held back`` where any batch did not run, else ``ok``; then what
+    the batches nothing held back would read or write past (the comparison cannot see it): a batch
+    that ran to its end ran past its buffers; one that raised had them short, whether or not a
+    kernel got past them first."""
     result = _verdict(sizes, what)
-    past = "; ".join(f"batch {s.bs} {s.past}" for s in sizes if s.past)
-    if past:  # it ran all the same: what the comparison cannot see
-        result.detail += f"; ran past its buffers (--upstream-unsafe): {past}"
+    ran = "; ".join(f"batch {s.bs} {s.past}" for s in sizes if s.past and s.error is None)
+    raised = "; ".join(f"batch {s.bs} {s.past}" for s in sizes if s.past and s.error is not None)
+    if ran:
+        result.detail += f"; ran past its buffers{' (--upstream-unsafe)' if unsafe else ''}: {ran}"
+    if raised:
+        result.detail += f"; its buffers were short: {raised}"
     return result
 
 

@@ -108,7 +108,7 @@ class SizeOutcome:
     held: str = ""
     """What the batch would read or write past (it did not run)."""
     past: str = ""
-    """What the batch read or wrote past when it ran all the same (nothing held it)."""
+    """What the batch would read or write past when nothing held it back (it ran, or raised)."""
     error: BaseException | None = None
 
 

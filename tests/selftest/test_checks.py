@@ -29,7 +29,7 @@ def test_a_batch_that_ran_to_its_end_ran_past_its_buffers_and_names_the_flag_tha
     # an eager batch whose reads nothing holds back runs without the flag
     eager = _judged(ran, "P = 33", unsafe=False)
     assert eager.detail.endswith(f"; ran past its buffers: batch 34 {SHORT}")
-    assert "short" not in eager.detail.split(";")[-1].split(":")[0]
+    assert "its buffers were short" not in eager.detail
 
 
 def test_batches_within_their_buffers_add_nothing() -> None:

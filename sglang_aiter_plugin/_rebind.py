@@ -13,7 +13,7 @@ from typing import Any
 
 from sglang_aiter_plugin._errors import AiterExtError
 
-__all__ = ["NotRebindableError", "Overlay", "RebindError", "rebound"]
+__all__ = ["NotRebindableError", "Overlay", "RebindError", "looks_up", "rebound"]
 
 
 class RebindError(AiterExtError, RuntimeError):
@@ -73,6 +73,12 @@ def rebound(fn: Callable[..., Any], names: Mapping[str, Any], *, module: str | N
                               fn.__closure__)
     copy.__kwdefaults__ = fn.__kwdefaults__
     return functools.update_wrapper(copy, fn)  # its qualified name, docstring, ``__wrapped__``
+
+
+def looks_up(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` (a plain Python function) looks up ``name`` as a global or attribute, so
+    that :func:`rebound` can resolve it to another object."""
+    return isinstance(fn, types.FunctionType) and name in _names_used(fn.__code__)
 
 
 def _names_used(code: types.CodeType) -> set[str]:

@@ -17,6 +17,7 @@ from sglang_aiter_plugin.backend.capacity import capacity_of
 from sglang_aiter_plugin.backend.graph_state import PooledGraphState, outcome
 from sglang_aiter_plugin.backend.page_table import install_page_table_fill, upstream_fills
 from sglang_aiter_plugin.backend.pool import BufferPool, BufferSpec, Fill
+from sglang_aiter_plugin.backend.split_tables import keep_split_tables
 from sglang_aiter_plugin.backend.widths import widen
 
 __all__ = ["AiterExtAttnBackend", "AiterExtMultiStepDraftBackend", "DraftBackendError"]
@@ -58,8 +59,9 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
 
     def _after_upstream(self, max_bs: int, max_num_tokens: int, lent: bool) -> list[FixStatus]:
         """Widen ``cuda_graph_kv_indices`` (unless lent) and ``cuda_graph_custom_mask``; fill the
-        unified page table at page size 1 where upstream does not (each step names its defect in
-        ``backend.defects``); one status per defect this configuration has."""
+        unified page table at page size 1 where upstream does not; hold the split tables MLA
+        graphs read from aiter's cache (each step names its defect in ``backend.defects``); one
+        status per defect this configuration has."""
         context, page = int(self.max_context_len), int(self.page_size)
         blocks, drafts = -(-context // page), self._extra_per_row()
         # one entry per token of every page, plus the draft tokens MLA target-verify adds per row
@@ -92,6 +94,8 @@ class AiterExtAttnBackend(PooledGraphState, AiterAttnBackend):  # type: ignore[m
                                  "the page table is filled after upstream's graph metadata"
                                  + (undecided if probe.undecided else ""),
                                  "upstream's graph metadata fills the page table"))
+        if self.use_mla:  # mla-split-table (a draft child too: its graphs read tables as well)
+            fixes.append(keep_split_tables(self))
         return fixes
 
 

@@ -127,6 +127,28 @@ DEFECTS: tuple[Defect, ...] = (
                     "otherwise; where it cannot tell, it fills and says so); the code goes once "
                     "upstream's graph metadata fills the table on that branch.",
         releases="0.5.11-"),
+    Defect(
+        "mla-split-table", "MLA decode graphs read a split table that aiter's cache frees",
+        (f"{_BACKEND}._mla_decode_fwd_with_head_pad (aiter-ext's instance, from graph set-up: a "
+         "copy calling the plugin's copy of aiter's mla_decode_fwd)", _SET_UP),
+        why="Where sglang lets aiter pick an MLA decode's KV splits (a bf16 KV cache at 16 or 128 "
+            "heads a rank takes the non-persistent kernel, and sglang never passes "
+            "num_kv_splits_indptr), aiter's mla_decode_fwd takes the split table from "
+            "get_meta_param, an lru_cache of 128 entries that owns it. A decode graph reads that "
+            "table at every replay; 128 eager decodes with other KV totals later the entry is "
+            "evicted and freed, its memory is reused, and replays read whatever lies there "
+            "(DeepSeek-R1 with DP attention: gsm8k 0.03 instead of 0.96).",
+        how="From graph set-up, aiter-ext's MLA decode calls a copy of aiter's mla_decode_fwd "
+            "whose get_meta_param is aiter's cached one that also hands the backend each table "
+            "it returns while a graph is captured; the backend holds those tables as long as it "
+            "holds its graphs (`backend/split_tables.py`). aiter's cache answers as before; a "
+            "replay runs nothing more.",
+        upstream="aiter#4587, aiter#5193, aiter#5194 (open; aiter at e4048607 still caches)",
+        steps_aside="graph set-up decides by the installed aiter: `not needed` where its "
+                    "mla_decode_fwd looks up no cached table, or get_meta_param builds one per "
+                    "call or keeps every table; the code goes once every aiter that sglang's "
+                    "supported releases ship does so.",
+        releases="0.5.11-"),
 )
 
 

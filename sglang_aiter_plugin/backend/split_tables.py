@@ -40,7 +40,7 @@ class SplitTableKeeper:
     """aiter's ``mla_decode_fwd`` as a copy whose split-table lookup also keeps, in :attr:`held`,
     each table it returns while the current stream is capturing a graph."""
 
-    def __init__(self, kernel: types.FunctionType) -> None:
+    def __init__(self, kernel: Any) -> None:
         self._lookup = kernel.__globals__[LOOKUP]
         self.held: dict[int, Any] = {}
         """What the lookup returned to captured calls (by identity: aiter's cache hands the same
@@ -49,7 +49,9 @@ class SplitTableKeeper:
 
     def _lookup_and_keep(self, *args: Any, **kwargs: Any) -> Any:
         result = self._lookup(*args, **kwargs)
-        if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
+        capturing = torch.cuda.is_initialized() and (  # type: ignore[no-untyped-call]
+            torch.cuda.is_current_stream_capturing())
+        if capturing:
             self.held.setdefault(id(result), result)
         return result
 
@@ -92,7 +94,7 @@ def decide(kernel: Any) -> tuple[FixState, str]:
     if bound is None:
         return FixState.NOT_NEEDED, f"aiter's {LOOKUP} keeps every split table it made"
     return FixState.APPLIED, (
-        f"aiter's {LOOKUP} caches {bound} split tables and frees the ones it evicts "
+        f"aiter's {LOOKUP} caches at most {bound} split tables and frees the ones it evicts "
         "(aiter#4587): aiter-ext holds each table its graphs read for as long as it holds them")
 
 

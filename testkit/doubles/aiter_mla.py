@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -61,12 +62,11 @@ def capture() -> Iterator[Graph]:
     graph = Graph()
     real = torch.cuda.is_initialized, torch.cuda.is_current_stream_capturing
     _recording.append(graph)
-    torch.cuda.is_initialized = torch.cuda.is_current_stream_capturing = (  # type: ignore[assignment]
-        lambda: True)
+    torch.cuda.is_initialized = torch.cuda.is_current_stream_capturing = lambda: True
     try:
         yield graph
     finally:
-        torch.cuda.is_initialized, torch.cuda.is_current_stream_capturing = real  # type: ignore[assignment]
+        torch.cuda.is_initialized, torch.cuda.is_current_stream_capturing = real
         _recording.pop()
 
 
@@ -122,7 +122,7 @@ def _decode(q: torch.Tensor, kv_buffer: torch.Tensor, o: torch.Tensor, qo_indptr
         count = splits[b + 1] - splits[b]
         bounds = torch.linspace(0, keys.shape[0], count + 1).long().tolist() if count > 0 else []
         parts, lses = [], []
-        for start, end in zip(bounds[:-1], bounds[1:], strict=True):  # stage 1: one per split
+        for start, end in itertools.pairwise(bounds):  # stage 1: one per split
             if end == start:
                 continue
             logits = torch.einsum("qhd,nd->qhn", rows, keys[start:end]) * scale

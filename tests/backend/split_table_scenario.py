@@ -33,9 +33,9 @@ MAX_LEN = 40
 class Captured:
     """One captured decode graph: its static batch, the recorded graph and its output."""
 
-    def __init__(self, backend: Any, shape: RowShape, bs: int) -> None:
+    def __init__(self, backend: Any, shape: RowShape, setup: Setup, bs: int) -> None:
         self.batch = DecodeBatch(backend, bs, "cpu", q_width=shape.heads * shape.q_dim)
-        self.batch.fb.token_to_kv_pool = backend.token_to_kv_pool  # older releases read it here
+        self.batch.fb.token_to_kv_pool = setup.runner.token_to_kv_pool  # 0.5.11 reads it here
         self.batch.metadata(in_capture=True)
         for _ in range(2):  # sglang's graph runner warms up twice before it captures
             self.batch.forward(shape.layer)
@@ -67,7 +67,7 @@ def _one(kind: str, setup: Setup) -> dict[str, Any]:
     backend = build_backend(kind, setup)
     backend.init_cuda_graph_state(setup.max_bs, setup.max_bs)
     shape = RowShape(backend, setup)
-    graphs = [Captured(backend, shape, bs) for bs in setup.capture_bs]
+    graphs = [Captured(backend, shape, setup, bs) for bs in setup.capture_bs]
     gen = torch.Generator().manual_seed(5)
     before = [g.replay_error(gen) for g in graphs]
     eager = aiter_mla.CACHE_ENTRIES + 8

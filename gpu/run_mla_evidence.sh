@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# MLA decode graphs through aiter's own mla.py on the lent GPU (see gpu/results/mla_split_table.md).
+#
+#   bash gpu/run_mla_evidence.sh TREE
+#
+# TREE holds a copy of aiter's aiter/mla.py and an AITER_ORIGIN line naming the tree and commit.
+# Runs from a folder holding sglang_aiter_plugin/, testkit/ and gpu/; sglang 0.5.23 must already be
+# importable. One process per job (a fault in one cannot poison the next); logs go to $LOGS
+# (default $OUT/logs), one line per job to stdout and $LOGS/summary.txt. ONLY=REGEX runs the jobs
+# whose label matches.
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+tree=$1
+M=gpu.mla_split_table
+LOGS=${LOGS:-${OUT:-/tmp}/logs}
+mkdir -p "$LOGS"
+MC=(compute-sanitizer --tool memcheck --print-limit 20)
+nvidia-smi -L
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+compute-sanitizer --version | tail -1
+date -u '+%Y-%m-%d %H:%M:%S UTC'
+job() {  # label timeout command...
+  local label=$1 limit=$2; shift 2
+  [[ $label =~ ${ONLY:-.} ]] || return 0
+  start=$(date +%s)
+  timeout "$limit" "$@" > "$LOGS/$label.log" 2>&1
+  rc=$?
+  errors=$(grep -hom1 'ERROR SUMMARY: [0-9,]* errors\?$' "$LOGS/$label.log")
+  echo "$label rc=$rc ${errors:-no memcheck summary} ($(( $(date +%s) - start )) s)" \
+    | tee -a "$LOGS/summary.txt"
+}
+for k in aiter-ext upstream; do
+  # graphs at every captured size, 16 and 128 heads: replays, 136 eager decodes, reuse, replays
+  job "graphs-$k" 240 python3 -m $M --aiter-tree "$tree" --kinds $k
+  # the same under memcheck (16 heads)
+  job "memcheck-$k" 300 "${MC[@]}" python3 -m $M --aiter-tree "$tree" --kinds $k --heads 16 --reuse 2000
+done
+grep -h '^RESULT' "$LOGS"/graphs-*.log "$LOGS"/memcheck-*.log | cut -c1-600

@@ -10,7 +10,7 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin import FixState, FixStatus
-from sglang_aiter_plugin.fixes import BUILTIN_FIXES, load
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES, load, name_of
 from sglang_aiter_plugin.plugin.manager import PluginManager
 from sglang_aiter_plugin.plugin.spec import FixContext
 from testkit.plugins import off_rocm_process
@@ -168,7 +168,8 @@ def test_load_reads_a_module_or_an_object_in_it() -> None:
     from sglang_aiter_plugin.fixes.attention_backend import fix
 
     assert load("sglang_aiter_plugin.fixes.attention_backend.fix") is fix
-    assert load("sglang_aiter_plugin.fixes.attention_backend.fix:FIX_NAME") == "attention-backend"
+    module = "sglang_aiter_plugin.fixes.attention_backend.fix"
+    assert load(f"{module}:FIX_NAME") == name_of(module)  # the fix's module and its entry agree
 
 
 def test_a_later_report_is_always_filed_under_the_fixs_own_name() -> None:

@@ -218,26 +218,18 @@ def _communicator_calls(report: Report, path: str | None = None) -> None:
 
 def _graph_set_up(report: Report) -> None:
     """One row per defect of upstream's AITER backend on the installed release (the ledger, as
-    measured), each with the status ``aiter-ext``'s graph set-up reported where it ran in this
-    process; elsewhere what that set-up will decide on, since it runs only in a launch."""
+    measured). What ``aiter-ext``'s graph set-up does about each is decided in a launch's
+    schedulers, never in this process: the launch logs it."""
     from sglang_aiter_plugin._sglang import installed_sglang_version
-    from sglang_aiter_plugin._status import FixState, current
     from sglang_aiter_plugin.backend.defects import defects_on
 
     version = installed_sglang_version()
     if version is None:
         return
-    reported = {s.name: s for s in current() or []}
     for defect in defects_on(version):
-        status = reported.get(defect.name)
-        if status is None:
-            report.add(f"graph set-up {defect.name}", INFO, f"upstream aiter on sglang {version}: "
-                       f"{defect.summary} (as measured); aiter-ext answers it, and a launch's "
-                       "graph set-up logs what it did")
-        else:
-            level = FAIL if status.state is FixState.FAILED else OK
-            report.add(f"graph set-up {defect.name}", level, status.state.value
-                       + (f": {status.detail}" if status.detail else ""))
+        report.add(f"graph set-up {defect.name}", INFO, f"upstream aiter on sglang {version}: "
+                   f"{defect.summary} (as measured); aiter-ext answers it, and a launch's "
+                   "graph set-up logs what it did")
 
 
 def _naming(report: Report) -> None:

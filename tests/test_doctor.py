@@ -91,7 +91,8 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
     # which of upstream's defects this release has: the graph-buffer width ones only before 0.5.13
     named = [n.removeprefix("graph set-up ") for n in checks if n.startswith("graph set-up ")]
     assert "unified-page-table" in named
-    assert all(checks[f"graph set-up {n}"]["level"] == "info" for n in named)  # not run here
+    assert all(checks[f"graph set-up {n}"]["summary"].endswith(  # what a launch will log
+        "aiter-ext answers it, and a launch's graph set-up logs what it did") for n in named)
     assert ("kv-indices-per-page" in named) == (sglang_version < Version("0.5.13"))
 
 

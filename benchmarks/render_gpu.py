@@ -128,3 +128,26 @@ def server_gpu(data: dict[str, Any], _: Path) -> list[str]:
               f"- Start-up to ready, `aiter-ext / aiter`: **{data['ready_ratio']:.3f}** "
               f"(noise: {data['ready_noise']:.3f}; one start each).", ""]
     return lines
+
+
+def page_table_fill_gpu(data: dict[str, Any], _: Path) -> list[str]:
+    """The unified page-1 fill's cost per replay (``benchmarks/page_table_fill_gpu.py``)."""
+    lines = [f"## The unified page-1 page-table fill on {data['gpu']}: cost per replay", "",
+             *header(data),
+             f"`SGLANG_USE_AITER_UNIFIED_ATTN=1`, page size {data['page_size']}, two-batch "
+             f"overlap, request pool P = {data['pool']}, captured graph sizes "
+             f"{data['capture_bs']}. {data['rounds']} interleaved rounds per point after 20 "
+             "warm-up rounds; medians. aiter-ext's graph set-up reported: "
+             f"`{data['fill_status']}`. Noise: `aiter` timed twice.", "",
+             "| n (graph bs) | replay GPU µs aiter / aiter-ext | ratio | noise | "
+             "replay CPU µs aiter / aiter-ext | ratio | noise |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for n, m in data["metadata"].items():
+        r = m["replay"]
+        g, u = r["gpu_us"], r["cpu_us"]
+        lines.append(
+            f"| {n} ({m['graph_bs']}) | {g['aiter']['median']:.1f} / "
+            f"{g['aiter-ext']['median']:.1f} | **{r['ratio_gpu']:.3f}** | "
+            f"{r['noise_gpu']:.3f} | {u['aiter']['median']:.1f} / "
+            f"{u['aiter-ext']['median']:.1f} | **{r['ratio_cpu']:.3f}** | {r['noise_cpu']:.3f} |")
+    return [*lines, ""]

@@ -32,12 +32,13 @@ __all__ = ["Check", "Report", "collect", "describe", "render_json", "render_tabl
 
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 ENTRY_POINT_NAME = "aiter_ext"
-# the backend name users type and its fix's name (attention_backend), known when it is broken
-EXT_NAME, FIX_NAME = "aiter-ext", "attention-backend"
+EXT_NAME = "aiter-ext"  # the backend name users type
 INSTALL_HINT = ("`pip install .` in a checkout of sglang-aiter-plugin, or `pip install "
                 "git+<its repository URL>`; see the README")
 NEED_SGLANG = "discovery, fixes, selection"  # the checks that need sglang to import
 PACKAGE = "sglang_aiter_plugin"
+BACKEND_FIX = f"{PACKAGE}.fixes.attention_backend.fix"
+"""The plugin of the fix that makes ``aiter-ext`` selectable, as the registry names it."""
 #: Every module the package ships (``tests/test_doctor.py`` holds it to the source tree): the
 #: ``package`` check imports each, so a copy missing one, or one that does not import, fails.
 MODULES = (
@@ -218,26 +219,18 @@ def _communicator_calls(report: Report, path: str | None = None) -> None:
 
 def _graph_set_up(report: Report) -> None:
     """One row per defect of upstream's AITER backend on the installed release (the ledger, as
-    measured), each with the status ``aiter-ext``'s graph set-up reported where it ran in this
-    process; elsewhere what that set-up will decide on, since it runs only in a launch."""
+    measured). What ``aiter-ext``'s graph set-up does about each is decided in a launch's
+    schedulers, never in this process: the launch logs it."""
     from sglang_aiter_plugin._sglang import installed_sglang_version
-    from sglang_aiter_plugin._status import FixState, current
     from sglang_aiter_plugin.backend.defects import defects_on
 
     version = installed_sglang_version()
     if version is None:
         return
-    reported = {s.name: s for s in current() or []}
     for defect in defects_on(version):
-        status = reported.get(defect.name)
-        if status is None:
-            report.add(f"graph set-up {defect.name}", INFO, f"upstream aiter on sglang {version}: "
-                       f"{defect.summary} (as measured); aiter-ext answers it, and a launch's "
-                       "graph set-up logs what it did")
-        else:
-            level = FAIL if status.state is FixState.FAILED else OK
-            report.add(f"graph set-up {defect.name}", level, status.state.value
-                       + (f": {status.detail}" if status.detail else ""))
+        report.add(f"graph set-up {defect.name}", INFO, f"upstream aiter on sglang {version}: "
+                   f"{defect.summary} (as measured); aiter-ext answers it, and a launch's "
+                   "graph set-up logs what it did")
 
 
 def _naming(report: Report) -> None:
@@ -413,18 +406,21 @@ def _check_selection(report: Report, name: str, loaded: bool, switches: Switches
             report.add("selection", INFO, f"{shorten(name)} is sglang's own backend; the plugin "
                        "leaves it as upstream ships it")
         return
+    from sglang_aiter_plugin.fixes import name_of
+
+    fix_name = name_of(BACKEND_FIX)
     reasons = []
     support = _sglang.support_of(_sglang.installed_sglang_version())
     if support == _sglang.Support.UNSUPPORTED:
         reasons.append(f"sglang is {support} (supported releases: {_sglang.SUPPORTED_RANGE})")
     if not switches.enabled:
         reasons.append(f"the plugin is switched off ({ENABLE_VAR}=0)")
-    status = next((s for s in statuses if s.name == FIX_NAME), None)
+    status = next((s for s in statuses if s.name == fix_name), None)
     unready = {FixState.FAILED: "failed", FixState.PENDING: "is still pending"}
-    if FIX_NAME in switches.disabled_fixes:
-        reasons.append(f"the {FIX_NAME} fix is disabled ({DISABLE_VAR})")
+    if fix_name in switches.disabled_fixes:
+        reasons.append(f"the {fix_name} fix is disabled ({DISABLE_VAR})")
     elif status is not None and status.state in unready:
-        reasons.append(f"the {FIX_NAME} fix {unready[status.state]}: {status.detail}")
+        reasons.append(f"the {fix_name} fix {unready[status.state]}: {status.detail}")
     if not loaded:
         reasons.append("sglang's plugin loader does not load the plugin (see discovery)")
     if reasons:
@@ -464,15 +460,17 @@ def _classes_built(status: FixStatus) -> FixStatus:
     """The attention-backend fix says a launch builds the plugin's classes: import them as that
     launch would; a ``failed`` status (so also for ``selection``) where they do not import."""
     from sglang_aiter_plugin._status import FixState, FixStatus
+    from sglang_aiter_plugin.fixes import name_of
 
-    if status.name != FIX_NAME or status.state not in (FixState.APPLIED, FixState.PENDING):
+    if status.name != name_of(BACKEND_FIX) or status.state not in (FixState.APPLIED,
+                                                                    FixState.PENDING):
         return status
     try:
         sites = _quiet(importlib.import_module, f"{PACKAGE}.fixes.attention_backend.sites")
         for stock in sites.PLUGIN_CLASSES:
             _quiet(sites.plugin_class, stock)
     except Exception as exc:
-        return FixStatus(FIX_NAME, FixState.FAILED, "the plugin's classes do not import, so a "
+        return FixStatus(status.name, FixState.FAILED, "the plugin's classes do not import, so a "
                          f"launch with --attention-backend {EXT_NAME} fails building them: "
                          f"{describe(exc)}")
     return status

@@ -1,10 +1,11 @@
-"""The plugin's one exception base, and how its messages echo what a user typed."""
+"""The plugin's one exception base, the built-in exceptions it raises on purpose
+(:data:`BUILT_IN_RAISES`, the only ones), and how its messages echo what a user typed."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["AiterExtError", "PluginAttributeError", "shorten", "summarise"]
+__all__ = ["BUILT_IN_RAISES", "AiterExtError", "PluginAttributeError", "shorten", "summarise"]
 
 
 class AiterExtError(Exception):
@@ -14,6 +15,18 @@ class AiterExtError(Exception):
 
 class PluginAttributeError(AiterExtError, AttributeError):
     """The package has no such attribute (``sglang_aiter_plugin.<name>``)."""
+
+
+BUILT_IN_RAISES: dict[tuple[str, str], str] = {
+    ("selftest/decode_batch.py", "AttributeError"):
+        "the stand-in batch's attribute protocol: a field it lacks must read as absent "
+        "(getattr with a default, hasattr), as on sglang's own batch",
+    ("fixes/collectives/probe.py", "AttributeError"):
+        "the probe's stand-in communicator: a call aiter's communicator lacks must read as "
+        "absent (sglang asks hasattr first)",
+}
+"""The only exceptions the package raises that are not an :class:`AiterExtError`: (file in the
+package, built-in) -> why; ``tests/test_raises.py`` holds the source to it."""
 
 
 def shorten(value: str, limit: int = 80, *, quoted: bool = True) -> str:

@@ -12,24 +12,32 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MARK", "patched", "wrap_once"]
+__all__ = ["MARK", "patched", "patches", "wrap_once"]
 
 MARK = "__sglang_aiter_plugin_patch__"  # on every wrapper wrap_once makes: the patch's name
 
 _lock = threading.RLock()
 
 
-def patched(fn: Any, patch: str | None = None) -> bool:
-    """Whether ``fn`` is, or wraps through ``__wrapped__``, a wrapper of ``patch`` (``None``: of
-    any patch of the plugin)."""
+def patches(fn: Any) -> list[str]:
+    """The names of the plugin's patches on ``fn``, outermost first, found through
+    ``__wrapped__``."""
     seen: set[int] = set()
+    found: list[str] = []
     while fn is not None and id(fn) not in seen:
         seen.add(id(fn))
         mark = getattr(fn, MARK, None)
-        if mark is not None and (patch is None or mark == patch):
-            return True
+        if mark is not None:
+            found.append(mark)
         fn = getattr(fn, "__wrapped__", None)
-    return False
+    return found
+
+
+def patched(fn: Any, patch: str | None = None) -> bool:
+    """Whether ``fn`` is, or wraps through ``__wrapped__``, a wrapper of ``patch`` (``None``: of
+    any patch of the plugin)."""
+    found = patches(fn)
+    return bool(found) if patch is None else patch in found
 
 
 def wrap_once(holder: Any, name: str, patch: str,

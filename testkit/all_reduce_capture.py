@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from sglang_aiter_plugin._rebind import rebound
-from sglang_aiter_plugin.fixes.collectives.calls import ALL_REDUCE
+from sglang_aiter_plugin.fixes.collectives import ALL_REDUCE
 from sglang_aiter_plugin.fixes.collectives.fix import PARALLEL_STATE, calling_with
 from sglang_aiter_plugin.fixes.collectives.probe import (
     Condition,
@@ -39,7 +39,7 @@ __all__ = ["CUSTOM_ALL_REDUCE", "OUT_PLACE", "registering"]
 CUSTOM_ALL_REDUCE = "sglang.srt.distributed.device_communicators.custom_all_reduce"
 AITER_COMMUNICATOR_MODULE = "aiter.dist.device_communicators.custom_all_reduce"
 """Where sglang imports aiter's communicator from, inside its functions."""
-OUT_PLACE = ALL_REDUCE[0]  # the method the canary knows as sglang's all-reduce
+OUT_PLACE = ALL_REDUCE.methods[0].name  # the method capture-all-reduce probes
 OUT_PLACE_PARAMS = ("self", "input_", "outplace_all_reduce_method")
 REGISTER_FLAG = "enable_register_for_capturing"
 _RIGHT = {False: True, True: False}  # TMS off -> registers, TMS on -> does not

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from packaging.version import Version
 
-from sglang_aiter_plugin.fixes.collectives import registered
+from sglang_aiter_plugin.fixes.collectives import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    FUSED_AR_RMSNORM,
+    REDUCE_SCATTER,
+    registered,
+)
 from sglang_aiter_plugin.fixes.collectives.probe import Condition
 
 __all__ = ["FIRST_WITH_PATH", "FIRST_WITH_PIECEWISE_FUSED", "FIRST_WITH_QUANT",
@@ -21,11 +27,11 @@ METHOD_FIXES: dict[str, str] = {m.name: fix.name for fix in registered()
 """Each ``GroupCoordinator`` method a collective fix wraps -> that fix's name, from the fixes."""
 
 NEWEST_KNOWN = Version("0.5.23")
-FIRST_WITH_PATH = {
-    "capture-all-reduce": Version("0.5.11"),  # sglang honours TMS and the flag itself
-    "capture-all-gather": Version("0.5.13"),
-    "capture-reduce-scatter": Version("0.5.15"),
-    "capture-fused-ar-rmsnorm": Version("0.5.11"),
+FIRST_WITH_PATH = {  # by each fix's name, as its ledger entry writes it
+    ALL_REDUCE.name: Version("0.5.11"),  # sglang honours TMS and the flag itself
+    ALL_GATHER.name: Version("0.5.13"),
+    REDUCE_SCATTER.name: Version("0.5.15"),
+    FUSED_AR_RMSNORM.name: Version("0.5.11"),
 }
 FIRST_WITH_QUANT = Version("0.5.17")
 """``fused_allreduce_rmsnorm_quant_per_group`` (its ``transpose_scale`` parameter from 0.5.19)."""
@@ -57,17 +63,17 @@ def has_variants(v: Version) -> bool:
 def honoured_upstream(fix: str, v: Version) -> frozenset[Condition]:
     """Conditions under which sglang ``v`` itself captures ``fix``'s collective unregistered."""
     r = _release(v)
-    if fix in ("all-reduce", "capture-all-reduce"):
+    if fix == ALL_REDUCE.name:
         return frozenset({_TMS, _FLAG})  # copy-in is not defined for all-reduce
-    if fix == "capture-fused-ar-rmsnorm":
+    if fix == FUSED_AR_RMSNORM.name:
         return frozenset()
-    if fix == "capture-all-gather":
+    if fix == ALL_GATHER.name:
         if r >= Version("0.5.22"):
             return frozenset({_TMS, _COPY_IN})
         if r >= Version("0.5.15"):
             return frozenset({_TMS})
         return frozenset()
-    if fix == "capture-reduce-scatter":
+    if fix == REDUCE_SCATTER.name:
         if r >= Version("0.5.22"):
             return frozenset({_TMS, _COPY_IN})
         if r >= Version("0.5.18"):

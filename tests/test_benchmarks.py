@@ -38,6 +38,9 @@ def test_every_committed_result_renders_with_its_numbers(tmp_path: Path) -> None
         if data["benchmark"] == "pool_capacity":
             for row in data["rows"]:
                 assert f"**{row['extra_bytes_no_graphs']:,} B" in text
+        if data["benchmark"] == "page_table_fill_gpu":
+            for m in data["metadata"].values():
+                assert f"**{m['replay']['ratio_gpu']:.3f}**" in text
         if data["benchmark"] == "collectives_overhead":
             for r in data["methods"].values():
                 assert f"**{r['ratio_wrapped_vs_do_nothing_hook']:.3f}**" in text
@@ -59,3 +62,29 @@ def test_unknown_result_kinds_are_skipped_not_invented(tmp_path: Path) -> None:
     assert "## Start-up cost on CPU" in text
     assert "nobody-knows" not in text
     assert "skipping odd.json: unknown benchmark kind" in proc.stderr
+
+
+def test_the_page_table_fill_result_renders_its_ratios_and_the_fills_status(
+        tmp_path: Path) -> None:
+    """A result of ``benchmarks/page_table_fill_gpu.py`` (its numbers made up here: the shape the
+    script writes, from ``backend_gpu.json``'s unified replay timings)."""
+    source = json.loads((RESULTS / "backend_gpu.json").read_text())
+    unified = source["paths"]["unified"]["metadata"]
+    data = {**{k: source[k] for k in ("date", "machine", "python", "torch", "sglang", "gpu",
+                                      "triton", "pool", "capture_bs", "max_bs", "rounds")},
+            "benchmark": "page_table_fill_gpu", "page_size": 1, "path": "unified",
+            "command": "python3 -m benchmarks.page_table_fill_gpu",
+            "fill_status": "unified-page-table=applied (the page table is filled after upstream's "
+                           "graph metadata)",
+            "metadata": {n: {"graph_bs": m["graph_bs"], "replay": m["replay"]}
+                         for n, m in unified.items()}}
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "page_table_fill_gpu.json").write_text(json.dumps(data))
+    out = tmp_path / "RESULTS.md"
+    proc = _render(results, out)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "`unified-page-table=applied (the page table is filled" in text
+    for m in unified.values():
+        assert f"**{m['replay']['ratio_gpu']:.3f}** | {m['replay']['noise_gpu']:.3f} |" in text

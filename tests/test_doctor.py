@@ -22,9 +22,11 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin import _doctor, _releases
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES, name_of
 from testkit.subproc import Result, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
+BACKEND = name_of(_doctor.BACKEND_FIX)  # the attention-backend fix, as the registry names it
 
 
 DOCTOR = """
@@ -76,13 +78,12 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
         assert checks["aiter"]["summary"] == f"aiter-ext cannot run here: {problem}"
         assert checks["aiter"]["level"] == "warn"  # nobody selected aiter-ext
     # doctor imports what sglang imports at launch, so the fix's final outcome shows
-    assert checks["fix attention-backend"]["summary"].startswith("applied")
-    fixes = ("capture-all-reduce", "capture-all-gather", "capture-reduce-scatter",
-             "capture-fused-ar-rmsnorm")
+    assert checks[f"fix {BACKEND}"]["summary"].startswith("applied")
+    fixes = [name for name, _ in BUILTIN_FIXES if name != BACKEND]  # the collective ones
     for fix in fixes:  # off ROCm: installs nothing, and says so
         assert checks[f"fix {fix}"]["summary"].startswith("skipped: not a ROCm (HIP) platform")
     assert [n for n in checks if n.startswith("fix ")] == [  # only the fixes that can act
-        "fix attention-backend", *(f"fix {fix}" for fix in fixes)]
+        f"fix {BACKEND}", *(f"fix {fix}" for fix in fixes)]
     assert checks["switches"]["summary"].endswith("batch bounds check: off")
     assert checks["collectives"]["level"] == "ok"  # the canary: every call known
     assert checks["package"]["summary"] == (
@@ -90,7 +91,8 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
     # which of upstream's defects this release has: the graph-buffer width ones only before 0.5.13
     named = [n.removeprefix("graph set-up ") for n in checks if n.startswith("graph set-up ")]
     assert "unified-page-table" in named
-    assert all(checks[f"graph set-up {n}"]["level"] == "info" for n in named)  # not run here
+    assert all(checks[f"graph set-up {n}"]["summary"].endswith(  # what a launch will log
+        "aiter-ext answers it, and a launch's graph set-up logs what it did") for n in named)
     assert ("kv-indices-per-page" in named) == (sglang_version < Version("0.5.13"))
 
 
@@ -159,7 +161,7 @@ def test_bad_switch_values_fail_while_the_plugin_is_off() -> None:
     assert "SGLANG_AITER_EXT_BOUNDS_CHECK='maybe' is not valid" in switches[0]["summary"]
     assert "SGLANG_AITER_EXT_DISABLE names unknown fix 'foo'" in switches[1]["summary"]
     by_name = {c["name"]: c for c in checks}
-    assert by_name["fix attention-backend"]["summary"] == "disabled: SGLANG_AITER_EXT=0"
+    assert by_name[f"fix {BACKEND}"]["summary"] == "disabled: SGLANG_AITER_EXT=0"
     selection = by_name["selection"]
     assert selection["level"] == "FAIL"
     assert "the plugin is switched off (SGLANG_AITER_EXT=0)" in selection["summary"]
@@ -213,18 +215,17 @@ def test_selection_is_ok_only_when_nothing_stands_in_the_way() -> None:
     from sglang_aiter_plugin._status import FixState, FixStatus
     from sglang_aiter_plugin._switches import Switches
 
-    applied = [FixStatus("attention-backend", FixState.APPLIED, "")]
+    applied = [FixStatus(BACKEND, FixState.APPLIED, "")]
     assert _selection("aiter-ext", statuses=applied) == (
         "ok", "--attention-backend aiter-ext can be selected")
-    failed = [FixStatus("attention-backend", FixState.FAILED, "it broke")]
+    failed = [FixStatus(BACKEND, FixState.FAILED, "it broke")]
     level, summary = _selection("aiter-ext", statuses=failed)
     assert level == "FAIL"
-    assert "the attention-backend fix failed: it broke" in summary
+    assert f"the {BACKEND} fix failed: it broke" in summary
     level, summary = _selection(
-        "aiter-ext", statuses=applied,
-        switches=Switches(disabled_fixes=frozenset({"attention-backend"})))
+        "aiter-ext", statuses=applied, switches=Switches(disabled_fixes=frozenset({BACKEND})))
     assert level == "FAIL"
-    assert "the attention-backend fix is disabled (SGLANG_AITER_EXT_DISABLE)" in summary
+    assert f"the {BACKEND} fix is disabled (SGLANG_AITER_EXT_DISABLE)" in summary
     # ROCm torch but no aiter package: the host check's answer, and the launch stops on it
     level, summary = _selection("aiter-ext", statuses=applied,
                                 aiter_problem="no aiter package is installed for this Python")

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sglang_aiter_plugin._ledger import Defect
 
-__all__ = ["BUILTIN_FIXES", "RETIRED_FIXES", "ledger_sections", "load", "retired_reasons"]
+__all__ = ["BUILTIN_FIXES", "RETIRED_FIXES", "ledger_sections", "load", "name_of",
+           "retired_reasons"]
 
 #: (fix name, the plugin: ``module`` or ``module:object``), in the order the fixes are applied
 #: and reported; the plugin manager imports each one it does not block.
@@ -38,6 +39,12 @@ def load(value: str) -> object:
     module, _, name = value.partition(":")
     loaded = importlib.import_module(module)
     return getattr(loaded, name) if name else loaded
+
+
+def name_of(plugin: str) -> str:
+    """The name of the fix whose plugin is ``plugin`` (a ``module[:object]`` value of
+    :data:`BUILTIN_FIXES`), read without importing it."""
+    return next(name for name, value in BUILTIN_FIXES if value == plugin)
 
 
 def retired_reasons() -> dict[str, str]:

@@ -2,9 +2,9 @@
 
 A fix the user switched off is blocked in pluggy, never imported. Every other fix is registered
 under its name behind one guard (:func:`_call_fix`) and called through pluggy's hook call: a fix
-that fails to load, raises or returns something else than a :class:`FixStatus` is ``failed``
-while the others apply (pluggy itself stops at the first implementation that raises). The
-statuses come in the registry's order.
+that fails to load, has no implementation of the hook, raises or returns something else than a
+:class:`FixStatus` is ``failed`` while the others apply (pluggy itself stops at the first
+implementation that raises). The statuses come in the registry's order.
 """
 
 from __future__ import annotations
@@ -19,26 +19,11 @@ from sglang_aiter_plugin._log import log
 from sglang_aiter_plugin._status import FixState, FixStatus
 from sglang_aiter_plugin.fixes import load
 from sglang_aiter_plugin.plugin import spec
-from sglang_aiter_plugin.plugin.spec import HOOK_PREFIX, PROJECT, FixContext, hookimpl
+from sglang_aiter_plugin.plugin.spec import PROJECT, FixContext, hookimpl
 
 __all__ = ["PluginManager"]
 
 HOOK = "aiter_ext_apply_fix"
-
-
-class _PluggyManager(pluggy.PluginManager):
-    """pluggy's manager, looking only at names starting with :data:`HOOK_PREFIX` (in the fixes
-    and in the spec): pluggy never evaluates the other attributes of a fix."""
-
-    def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
-        if not name.startswith(HOOK_PREFIX):
-            return None
-        return super().parse_hookimpl_opts(plugin, name)
-
-    def parse_hookspec_opts(self, module_or_class: Any, name: str) -> Any:
-        if not name.startswith(HOOK_PREFIX):
-            return None
-        return super().parse_hookspec_opts(module_or_class, name)
 
 
 class _Guarded:
@@ -59,10 +44,10 @@ class PluginManager:
                  blocked: Mapping[str, str] | None = None) -> None:
         """Register ``fixes`` (name, ``module[:object]``) in order; block those in ``blocked``
         (name -> why, the ``disabled`` status's detail)."""
-        self.pluggy: pluggy.PluginManager = _PluggyManager(PROJECT)
+        self.pluggy = pluggy.PluginManager(PROJECT)
         self.pluggy.add_hookspecs(spec)
         self._order = [name for name, _ in fixes]
-        self._problems: list[FixStatus] = []
+        self._problems: dict[str, FixStatus] = {}  # the fixes that could not be registered
         self._blocked = dict(blocked or {})
         for name, value in fixes:
             if name in self._blocked:
@@ -72,22 +57,25 @@ class PluginManager:
                 plugin = load(value)
                 implements = (hasattr(plugin, HOOK)
                               and self.pluggy.parse_hookimpl_opts(plugin, HOOK) is not None)
-                self.pluggy.register(_Guarded(name, getattr(plugin, HOOK)) if implements
-                                     else plugin, name=name)
+                if implements:
+                    self.pluggy.register(_Guarded(name, getattr(plugin, HOOK)), name=name)
+                else:
+                    self._problems[name] = FixStatus(name, FixState.FAILED,
+                        f"cannot apply built-in {value}: it has no {HOOK} marked @hookimpl")
             except Exception as exc:  # a broken install must not stop the other fixes
-                self._problems.append(FixStatus(name, FixState.FAILED,
-                    f"cannot load built-in {value}: {type(exc).__name__}: {exc}"))
+                self._problems[name] = FixStatus(name, FixState.FAILED,
+                    f"cannot load built-in {value}: {type(exc).__name__}: {exc}")
 
     def apply_fixes(self, context: FixContext) -> list[FixStatus]:
         """Run every registered fix once, through pluggy's hook call, each isolated from the
         others' failures; the statuses in the registry's order."""
         returned = {s.name: s for s in self.pluggy.hook.aiter_ext_apply_fix(context=context)}
-        statuses: list[FixStatus] = list(self._problems)
+        statuses: list[FixStatus] = []
         for name in self._order:
             if self.pluggy.is_blocked(name):
                 statuses.append(FixStatus(name, FixState.DISABLED, self._blocked[name]))
-            elif name in returned:  # not loaded: its failure is already among the statuses
-                statuses.append(returned[name])
+            else:  # registered and called, or not registered: its failure
+                statuses.append(returned.get(name) or self._problems[name])
         return statuses
 
 

@@ -13,10 +13,9 @@ if TYPE_CHECKING:
 
     from sglang_aiter_plugin._status import FixStatus
 
-__all__ = ["HOOK_PREFIX", "PROJECT", "FixContext", "aiter_ext_apply_fix", "hookimpl"]
+__all__ = ["PROJECT", "FixContext", "aiter_ext_apply_fix", "hookimpl"]
 
 PROJECT = "sglang_aiter_plugin"
-HOOK_PREFIX = "aiter_ext_"  # every hook's name starts with it (as pytest's with ``pytest_``)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 hookimpl: Callable[[_F], _F] = pluggy.HookimplMarker(PROJECT)

@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
 
-__all__ = ["SCENARIOS", "Scenario", "Setup", "configure", "graphs_off", "write_model_dir"]
+from sglang_aiter_plugin._errors import AiterExtError
+
+__all__ = ["SCENARIOS", "Scenario", "Setup", "SglangMissingError", "configure", "graphs_off",
+           "write_model_dir"]
+
+
+class SglangMissingError(AiterExtError, RuntimeError):
+    """sglang is not installed: there is nothing to configure a case with."""
 
 POOL = 33
 """Request-pool size P: odd, so both alignments (2 and attn_tp_size 2) pad the graph max_bs."""
@@ -131,7 +139,10 @@ def _sglang_version() -> Version:
     from sglang_aiter_plugin._sglang import installed_sglang_version
 
     v = installed_sglang_version()
-    assert v is not None
+    if v is None:
+        raise SglangMissingError(f"sglang is not installed for this Python ({sys.executable}): "
+                                 "the self-test builds its cases through sglang; install a "
+                                 "supported release (sglang-aiter-plugin doctor lists them)")
     return Version(v.base_version)
 
 

@@ -13,15 +13,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sglang_aiter_plugin.fixes.collectives import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    FUSED_AR_RMSNORM,
+    REDUCE_SCATTER,
+)
+
 __all__ = ["COLUMNS", "collective_verdicts"]
 
 ROOT = Path(__file__).resolve().parents[2]
-#: fix name -> matrix column
+#: fix name (as its ledger entry writes it) -> matrix column
 COLUMNS = {
-    "capture-all-reduce": "all-reduce verdict",
-    "capture-all-gather": "all-gather verdict",
-    "capture-reduce-scatter": "reduce-scatter verdict",
-    "capture-fused-ar-rmsnorm": "fused AR+RMSNorm verdict",
+    ALL_REDUCE.name: "all-reduce verdict",
+    ALL_GATHER.name: "all-gather verdict",
+    REDUCE_SCATTER.name: "reduce-scatter verdict",
+    FUSED_AR_RMSNORM.name: "fused AR+RMSNorm verdict",
 }
 
 

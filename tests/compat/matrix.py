@@ -39,6 +39,7 @@ AREAS: dict[str, tuple[str, ...]] = {
                   "tests/test_patch.py", "tests/test_status_kept.py"),
     "CLI": ("tests/test_launch.py", "tests/test_doctor.py", "tests/test_switches.py",
             "tests/test_sglang.py", "tests/test_releases.py", "tests/test_docs.py",
+            "tests/test_architecture.py",
             "tests/test_errors.py", "tests/test_raises.py"),
     "attention backend": ("tests/fixes/attention_backend/", "tests/test_rebind.py",
                           "tests/test_ledger.py"),

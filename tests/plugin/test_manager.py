@@ -5,14 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pluggy
 import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin import FixState, FixStatus
-from sglang_aiter_plugin.fixes import BUILTIN_FIXES, load
+from sglang_aiter_plugin.fixes import BUILTIN_FIXES, load, name_of
 from sglang_aiter_plugin.plugin.manager import PluginManager
 from sglang_aiter_plugin.plugin.spec import FixContext
 from testkit.plugins import off_rocm_process
@@ -46,6 +44,18 @@ FIX_SOURCES = {
             return "applied"
     """,
     "tpf_unimportable": "raise ImportError('missing dependency zzz')\n",
+    "tpf_no_hook": """
+        from sglang_aiter_plugin import FixState, FixStatus
+
+        def apply_fix(context):
+            return FixStatus("ignored", FixState.APPLIED, "never called")
+    """,
+    "tpf_unmarked": """
+        from sglang_aiter_plugin import FixState, FixStatus
+
+        def aiter_ext_apply_fix(context):
+            return FixStatus("ignored", FixState.APPLIED, "never called")
+    """,
 }
 
 
@@ -96,22 +106,6 @@ def test_only_hook_names_are_looked_at_on_a_fix() -> None:
     assert statuses == {"object": FixStatus("object", FixState.APPLIED, "ok")}
 
 
-def test_only_hook_names_are_looked_at_in_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
-    """pluggy parses the spec's ``aiter_ext_`` names only, not the rest of the module (its
-    imports, ``FixContext``): each one it parsed costs start-up time in every sglang process."""
-    parsed: list[str] = []
-    parse = pluggy.PluginManager.parse_hookspec_opts
-
-    def spy(manager: pluggy.PluginManager, module_or_class: Any, name: str) -> Any:
-        parsed.append(name)
-        return parse(manager, module_or_class, name)
-
-    monkeypatch.setattr(pluggy.PluginManager, "parse_hookspec_opts", spy)
-    manager = PluginManager([])
-    assert parsed == ["aiter_ext_apply_fix"]
-    assert manager.pluggy.hook.aiter_ext_apply_fix.spec is not None
-
-
 @pytest.mark.usefixtures("modules")
 def test_a_raising_fix_fails_alone_and_its_status_carries_the_fix_name() -> None:
     manager = PluginManager([("boom", "tpf_raising"), ("good", "tpf_good")])
@@ -124,12 +118,30 @@ def test_a_raising_fix_fails_alone_and_its_status_carries_the_fix_name() -> None
 
 @pytest.mark.usefixtures("modules")
 def test_a_fix_that_cannot_be_imported_or_returns_garbage_is_failed() -> None:
-    manager = PluginManager([("gone", "tpf_unimportable"), ("garbage", "tpf_garbage")])
+    manager = PluginManager([("garbage", "tpf_garbage"), ("gone", "tpf_unimportable")])
+    assert [s.name for s in manager.apply_fixes(CONTEXT)] == ["garbage", "gone"]
     statuses = _statuses(manager)
     assert statuses["gone"] == FixStatus("gone", FixState.FAILED, "cannot load built-in "
                                          "tpf_unimportable: ImportError: missing dependency zzz")
     assert statuses["garbage"].state is FixState.FAILED
     assert "not a FixStatus" in statuses["garbage"].detail
+
+
+@pytest.mark.usefixtures("modules")
+def test_a_fix_without_its_hook_implementation_is_failed_with_the_reason_in_order() -> None:
+    """A fix module that defines no ``aiter_ext_apply_fix``, or one not marked ``@hookimpl``,
+    would do nothing: it is ``failed``, saying why, in the registry's place, and pluggy holds
+    nothing of it."""
+    manager = PluginManager([("good", "tpf_good"), ("none", "tpf_no_hook"),
+                             ("unmarked", "tpf_unmarked")])
+    statuses = manager.apply_fixes(CONTEXT)
+    assert [(s.name, s.state) for s in statuses] == [
+        ("good", FixState.APPLIED), ("none", FixState.FAILED), ("unmarked", FixState.FAILED)]
+    assert statuses[1].detail == ("cannot apply built-in tpf_no_hook: it has no "
+                                  "aiter_ext_apply_fix marked @hookimpl")
+    assert statuses[2].detail == ("cannot apply built-in tpf_unmarked: it has no "
+                                  "aiter_ext_apply_fix marked @hookimpl")
+    assert [name for name, _ in manager.pluggy.list_name_plugin()] == ["good"]
 
 
 @pytest.mark.usefixtures("modules")
@@ -156,7 +168,8 @@ def test_load_reads_a_module_or_an_object_in_it() -> None:
     from sglang_aiter_plugin.fixes.attention_backend import fix
 
     assert load("sglang_aiter_plugin.fixes.attention_backend.fix") is fix
-    assert load("sglang_aiter_plugin.fixes.attention_backend.fix:FIX_NAME") == "attention-backend"
+    module = "sglang_aiter_plugin.fixes.attention_backend.fix"
+    assert load(f"{module}:FIX_NAME") == name_of(module)  # the fix's module and its entry agree
 
 
 def test_a_later_report_is_always_filed_under_the_fixs_own_name() -> None:

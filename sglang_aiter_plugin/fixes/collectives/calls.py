@@ -4,8 +4,8 @@ its source (each ``ca_comm.<name>(...)`` site), and whether the plugin knows it.
 A call is known when it registers nothing during a capture (a gate or the capture context,
 :data:`.probe.NO_COLLECTIVE`; ``False`` in :data:`.probe.AITER_CALLS`, or ``registered=False``
 passed as such), when aiter's communicator has no such method (:data:`NOT_AITERS`), or when a
-collective fix probes the method and has the call's unregistered form (sglang's all-reduce,
-:data:`ALL_REDUCE`, among them). Any other call may register the caller's tensors during a
+collective fix probes the method and has the call's unregistered form (sglang's all-reduce
+among them). Any other call may register the caller's tensors during a
 capture with nothing to take it off that path: ``doctor`` warns with its site.
 """
 
@@ -20,16 +20,14 @@ from sglang_aiter_plugin.fixes.collectives.fix import CollectiveFix
 from sglang_aiter_plugin.fixes.collectives.probe import AITER_CALLS, NO_COLLECTIVE
 from sglang_aiter_plugin.fixes.collectives.wrappers import UNREGISTERED
 
-__all__ = ["ALL_REDUCE", "NOT_AITERS", "CommunicatorCall", "NoGroupCoordinatorError",
+__all__ = ["NOT_AITERS", "CommunicatorCall", "NoGroupCoordinatorError",
            "communicator_calls", "known_as"]
 
 
 class NoGroupCoordinatorError(AiterExtError, LookupError):
     """The source read holds no ``GroupCoordinator`` class."""
 
-ALL_REDUCE = ("_all_reduce_out_place", "custom_all_reduce")
-"""sglang's all-reduce (method, call): ``capture-all-reduce`` probes it; TMS and the communicator
-flag are sglang's (a tripwire test per release)."""
+
 NOT_AITERS = ("fused_allreduce_rmsnorm",)
 """What sglang calls on ``ca_comm`` that aiter's communicator (ROCm/aiter e4048607) does not
 define (sglang asks ``hasattr`` first: a communicator-native fused API)."""

@@ -172,9 +172,12 @@ class CollectiveFix:
         honoured = self.honoured(found)
         registers = "registers" if len(found) == 1 else "register"
         replay = f" ({variants[1]})" if Condition.REPLAY in ignored else ""
+        # whether a capture registers follows the flag where sglang honours it: known at capture
+        flag = (" while the communicator's enable_register_for_capturing is on (read at each "
+                "capture)," if replay and Condition.COMM_FLAG not in ignored else "")
         return Decision(
             FixStatus(self.name, FixState.APPLIED,
-                      f"{release}'s {names} {registers} during capture despite "
+                      f"{release}'s {names} {registers} during capture{flag} despite "
                       f"{', '.join(ignored)}{replay}; {self.how}; sglang itself honours: "
                       f"{honoured}{note}"),
             ignored=ignored, methods=tuple(name for name, _ in needed))
@@ -216,7 +219,8 @@ class CollectiveFix:
         if decision.methods:
             from sglang_aiter_plugin.fixes.collectives.replay import ReplayCheck
 
-            self.plan = plan_for(decision.ignored, module.envs, replay=ReplayCheck(module))
+            check = ReplayCheck(module, self.name, self.title)
+            self.plan = plan_for(decision.ignored, module.envs, replay=check)
             for name in decision.methods:
                 wrap_once(cls, name, self.name, self.wrap)
         return decision.status

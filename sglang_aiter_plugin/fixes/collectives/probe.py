@@ -49,8 +49,9 @@ PROBED = (Condition.TMS, Condition.COPY_IN, Condition.COMM_FLAG)
 """The conditions :func:`probe` runs a method under (each is a switch its code may read)."""
 
 
-class NotAiterPath(AiterExtError):
-    """sglang took a collective other than aiter's (raised instead of communicating)."""
+class NotAiterPath(AiterExtError, LookupError):
+    """sglang took a collective other than aiter's (raised instead of communicating): the probe
+    looked for aiter's call and did not find it."""
 
 
 class ProbeError(AiterExtError, RuntimeError):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_aiter_plugin._log import log
+from sglang_aiter_plugin._patch import patches
 
 __all__ = ["ATTENTION_MARKERS", "CAPTURE_MODE", "DP_ATTENTION", "LORA_MARKER", "RUNTIME_CONTEXT",
            "SAID", "ReplayCheck",
@@ -88,10 +89,13 @@ class Seen:
 class ReplayCheck:
     """Whether a capture in a group may be replayed apart by its ranks (the module doc). Made
     where a fix decides; reads sglang's capture-mode and DP-attention modules at capture time
-    (both are imported by then); ``parallel_state``: sglang's, for the attention-TP group."""
+    (both are imported by then); ``parallel_state``: sglang's, for the attention-TP group and
+    the plugin's other wrappers on ``GroupCoordinator``; ``fix`` and ``title``: the fix that
+    checks it and its collective, for what it logs."""
 
-    def __init__(self, parallel_state: Any) -> None:
+    def __init__(self, parallel_state: Any, fix: str = "", title: str = "collectives") -> None:
         self._parallel_state = parallel_state
+        self._fix, self._title = fix, title
         self._markers: tuple[Callable[[], Any], ...] | None = None
 
     def _marked(self) -> tuple[Callable[[], Any], ...]:
@@ -156,6 +160,20 @@ class ReplayCheck:
         self.seen(coordinator, Seen.ACTED, variant)
         return True
 
+    def _others(self) -> str:
+        """What the plugin's other collective fixes still do in such a capture: those with a
+        wrapper on ``GroupCoordinator``."""
+        cls = getattr(self._parallel_state, "GroupCoordinator", None)
+        methods = vars(cls).values() if isinstance(cls, type) else ()
+        found = sorted({name for value in methods for name in patches(value) if name != self._fix})
+        if not found:
+            return "no other collective fix of the plugin wraps GroupCoordinator"
+        if len(found) == 1:
+            return (f"{found[0]} still takes its collective off the registered path where its "
+                    "status says sglang ignores that flag")
+        return (f"{', '.join(found)} still take their collectives off the registered path where "
+                "their statuses say sglang ignores that flag")
+
     def seen(self, coordinator: Any, outcome: str, variant: Any) -> None:
         """Say what the condition meant for a capture, once per outcome in this process."""
         if outcome in SAID:
@@ -168,9 +186,10 @@ class ReplayCheck:
                 "keep the registered path", where, always=False)
         elif outcome == Seen.SGLANG:
             log(logging.INFO, "sglang-aiter-plugin: %s captures graph variant %r, which its ranks "
-                "may replay apart; sglang already captures its collectives unregistered (the "
-                "communicator's enable_register_for_capturing is off): nothing for the plugin to "
-                "do", where, variant, always=False)
+                "may replay apart; the communicator's enable_register_for_capturing is off, so "
+                "sglang captures its %s unregistered itself and %s leaves that to sglang; %s",
+                where, variant, self._title, self._fix or "the plugin", self._others(),
+                always=False)
         else:
             log(logging.INFO, "sglang-aiter-plugin: %s captures graph variant %r, which its ranks "
                 "may replay apart (sglang#36071): its collectives take the unregistered "

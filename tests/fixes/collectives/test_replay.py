@@ -6,8 +6,9 @@ collective of a group spanning DP ranks (the full TP group) and of an attention-
 ranks of different DP ranks. While sglang captures one of its graph variants under DP attention,
 every collective of the spanning group must go unregistered on every rank; with one graph per
 batch size, without DP attention, or in the attention-TP group, the registered path stays;
-warm-up and eager calls are untouched. sglang#36088 and sglang#36079, simulated on the installed
-release (``testkit.upstream_next``), leave the plugin nothing to do, and it says so.
+warm-up and eager calls are untouched. sglang#36088, simulated on the installed
+release (``testkit.upstream_next``), leaves the all-reduce to sglang and the other collectives to
+the plugin, and the plugin says so; sglang#36079 leaves it nothing to do, and it says so.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin._status import FixState
+from sglang_aiter_plugin.fixes.collectives import ALL_REDUCE, registered
 from sglang_aiter_plugin.fixes.collectives.wrappers import all_reduce_unregistered
 from testkit.collective_facts import FIRST_WITH_VARIANTS, has_path, has_variants
 from testkit.doubles.communicator import RecordingCommunicator
@@ -120,11 +122,16 @@ def test_with_sglang_36088_sglang_captures_unregistered_and_the_plugin_says_so(
     for rank, capture in _captures(data, "36088"):
         assert capture["captured"] == _want(UNREGISTERED, sglang_version), (rank, capture)
     assert not any("(sglang#36071)" in line for line in run["said"])
-    assert [line for line in run["said"] if "nothing for the plugin to do" in line] == [
+    others = sorted(fix.name for fix in registered() if fix is not ALL_REDUCE
+                    and data["statuses"][fix.name][0] == FixState.APPLIED.value)
+    assert len(others) == 3  # all-gather, reduce-scatter and the fused form: the plugin's doing
+    assert [line for line in run["said"] if "leaves that to sglang" in line] == [
         "sglang-aiter-plugin: group tp:0, which spans DP ranks under DP attention, captures "
-        "graph variant 'dense', which its ranks may replay apart; sglang already captures its "
-        "collectives unregistered (the communicator's enable_register_for_capturing is off): "
-        "nothing for the plugin to do"]
+        "graph variant 'dense', which its ranks may replay apart; the communicator's "
+        "enable_register_for_capturing is off, so sglang captures its all-reduce unregistered "
+        f"itself and {ALL_REDUCE.name} leaves that to sglang; {', '.join(others)} still take "
+        "their collectives off the registered path where their statuses say sglang ignores "
+        "that flag"]
 
 
 def test_with_sglang_36079_there_is_nothing_to_do_and_the_plugin_says_so(

@@ -50,8 +50,9 @@ MODULES = (
     "fixes.attention_backend",
     "fixes.attention_backend.choice", "fixes.attention_backend.fix",
     "fixes.attention_backend.sites", "fixes.collectives",
-    "fixes.collectives.calls", "fixes.collectives.fix", "fixes.collectives.plan",
-    "fixes.collectives.probe", "fixes.collectives.replay", "fixes.collectives.wrappers", "plugin",
+    "fixes.collectives.calls", "fixes.collectives.capture_scope", "fixes.collectives.fix",
+    "fixes.collectives.plan", "fixes.collectives.probe", "fixes.collectives.readers",
+    "fixes.collectives.replay", "fixes.collectives.wrappers", "plugin",
     "plugin.manager", "plugin.spec",
     "selftest", "selftest.cases", "selftest.checks", "selftest.child", "selftest.decode",
     "selftest.decode_batch", "selftest.mlp_sync", "selftest.model_runner", "selftest.reference",
@@ -122,6 +123,7 @@ def collect(selected_backend: str | None = None) -> Report:
     if selected_backend is not None and fixes is not None:
         report.run("selection", _check_selection, selected_backend, bool(loaded), *fixes)
     report.run("collectives", _communicator_calls)
+    report.run("collective readers", _communicator_readers)
     report.run("package", _check_package)  # last: it imports what a launch imports later
     report.run("graph set-up", _graph_set_up)
     report.run("naming", _naming)
@@ -215,6 +217,28 @@ def _communicator_calls(report: Report, path: str | None = None) -> None:
     if not unknown:
         report.add("collectives", OK, f"all {len(calls)} calls sglang's GroupCoordinator makes "
                    "on aiter's communicator are known to the plugin")
+
+
+def _communicator_readers(report: Report, root: str | None = None) -> None:
+    """The canary over the rest of sglang (``root``: its package directory, the installed one by
+    default): a warning for each function outside GroupCoordinator that reaches aiter's
+    communicator and that the plugin does not know."""
+    from sglang_aiter_plugin.fixes.collectives.readers import communicator_readers, known_as
+
+    if root is None:
+        root = next(iter(getattr(importlib.util.find_spec("sglang"),
+                                 "submodule_search_locations", None) or []), "?")
+    readers = communicator_readers(Path(root))
+    unknown = [r for r in readers if known_as(r) is None]
+    for r in unknown:
+        report.add("collective readers", WARN, f"{r.function} ({Path(root) / r.path}:{r.line}) "
+                   f"reaches aiter's communicator ({', '.join(r.reads)}) outside "
+                   "GroupCoordinator, which the plugin does not know: it may capture a "
+                   "registered collective that no collective fix sees; please report this "
+                   "sglang release")
+    if not unknown:
+        report.add("collective readers", OK, f"all {len(readers)} functions outside "
+                   "GroupCoordinator that reach aiter's communicator are known to the plugin")
 
 
 def _graph_set_up(report: Report) -> None:

@@ -18,9 +18,9 @@ from sglang_aiter_plugin.fixes.collectives import (
 )
 from sglang_aiter_plugin.fixes.collectives.probe import Condition
 
-__all__ = ["FIRST_WITH_PATH", "FIRST_WITH_PIECEWISE_FUSED", "FIRST_WITH_QUANT",
-           "FIRST_WITH_VARIANTS", "METHOD_FIXES", "NEWEST_KNOWN", "has_path", "has_quant",
-           "has_variants", "honoured_upstream"]
+__all__ = ["FIRST_WITH_FLAG_READER", "FIRST_WITH_PATH", "FIRST_WITH_PIECEWISE_FUSED",
+           "FIRST_WITH_QUANT", "FIRST_WITH_VARIANTS", "METHOD_FIXES", "NEWEST_KNOWN", "has_path",
+           "has_quant", "has_variants", "honoured_upstream"]
 
 METHOD_FIXES: dict[str, str] = {m.name: fix.name for fix in registered()
                                  for m in fix.methods}
@@ -40,6 +40,10 @@ FIRST_WITH_VARIANTS = Version("0.5.18")
 """Several decode graphs per batch size on HIP (DSA dense/sparse: 0.5.18-0.5.19 marked by
 ``get_capture_dsa_variant``, 0.5.20+ by ``get_capture_attention_variant``)."""
 """``fused_allreduce_rmsnorm``'s own piecewise-graph branch (``fused_ar_rms(registered=False)``)."""
+FIRST_WITH_FLAG_READER = Version("0.5.22")
+"""The first release whose model code reads aiter's ``enable_register_for_capturing`` outside
+``GroupCoordinator``: DeepSeek-V4.1's fused all-reduce + hc_post, chosen per layer by
+``_make_mhc_fusion`` (0.5.21 ships the op and its module without a caller)."""
 
 _TMS, _COPY_IN, _FLAG = Condition.TMS, Condition.COPY_IN, Condition.COMM_FLAG
 

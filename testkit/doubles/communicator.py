@@ -24,6 +24,10 @@ recorded as ``(method, registered)`` as aiter runs it:
   viewed as floats of the same size (aiter's kernel knows float types only) and views the
   output back.
 
+It also has what sglang's ``all_reduce_mhc_post`` (0.5.21+) reads of it (``device``, ``_ptr``,
+``_pool["input"]``'s ``data_ptr`` and ``max_size``) and aiter's ``capture()`` scope, which turns
+capture mode on for its block.
+
 Outputs are filled with :data:`MARK` so a test can tell a collective from warm-up zeros.
 ``custom_fused_ar_rms`` and ``custom_fused_ar_rms_per_group_quant`` record under their own names
 (both classes have them); the other fused calls record the form they run (``fused_ar_rms``,
@@ -37,7 +41,9 @@ and ``custom_fused_ar_rms_per_group_quant``.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import torch
 
@@ -49,6 +55,11 @@ MARK = 7.0
 WORLD_SIZE = 2
 _INT_AS_FLOAT = {torch.int64: torch.float64, torch.int32: torch.float32,
                  torch.int16: torch.float16}
+
+
+class _Buffer(NamedTuple):
+    data_ptr: int
+    max_size: int
 
 
 def _stream_capturing() -> bool:
@@ -75,6 +86,21 @@ class CommunicatorWithoutUnregisteredFused:
         if register_flag is not None:
             self.enable_register_for_capturing = register_flag
         self.calls: list[tuple[str, bool]] = []
+        # what sglang's all_reduce_mhc_post (0.5.21+) reads besides the flag: the device, the
+        # C++ communicator's handle, the pre-registered input buffer (address and size)
+        self.device = torch.device("cpu")
+        self._ptr = 0x5EED
+        self._pool = {"input": _Buffer(data_ptr=0xB0FF, max_size=1 << 20)}
+
+    @contextlib.contextmanager
+    def capture(self) -> Iterator[None]:
+        """aiter's capture scope (``GroupCoordinator.graph_capture`` enters it): capture mode
+        for the block."""
+        self._IS_CAPTURING = True
+        try:
+            yield
+        finally:
+            self._IS_CAPTURING = False
 
     @property
     def registered(self) -> list[bool]:

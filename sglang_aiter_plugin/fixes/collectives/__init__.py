@@ -36,6 +36,8 @@ ALL_REDUCE = AllReduceFix(
         "capture-all-reduce", "no registered all-reduce in a graph its ranks may replay apart",
         patches=(
             "sglang.srt.distributed.parallel_state:GroupCoordinator._all_reduce_out_place",
+            "sglang.srt.distributed.parallel_state:GroupCoordinator.graph_capture (the whole "
+            "capture: the communicator's registration flag as every reader sees it)",
         ),
         why="On HIP sglang captures several decode graphs per batch size for DSA models (dense "
             "and sparse, 0.5.18+; DeepSeek V4.1's candidate graphs on gfx95, 0.5.22+) and each "
@@ -52,7 +54,12 @@ ALL_REDUCE = AllReduceFix(
             "runs with registration off for that call (aiter's `enable_register_for_capturing`, "
             "sglang's own `tms_cudagraph`): the input goes through the communicator's pre-"
             "registered buffer, the same in every graph. An attention-TP group keeps the "
-            "registered path; other calls stay sglang's own.",
+            "registered path; other calls stay sglang's own. For the whole of such a capture "
+            "(`GroupCoordinator.graph_capture`, warm-up included) the communicator's flag reads "
+            "off to every reader, put back after: DeepSeek-V4.1's fused all-reduce + hc_post "
+            "(sglang 0.5.22+, chosen per layer by `_make_mhc_fusion` on gfx95 with TP 4 while "
+            "the flag is on, and run straight on aiter's communicator) then takes the all-reduce "
+            "above instead; eager steps and groups under no condition keep the fused path.",
         upstream="sgl-project/sglang#36088 (open: registration during capture off for DP "
                  "attention with the `dsa` decode backend, in sglang's communicator dispatch; the "
                  "wrapper then finds the flag off and leaves the capture to sglang) and sgl-"
@@ -63,7 +70,9 @@ ALL_REDUCE = AllReduceFix(
                     "(the tripwire test `tests/fixes/collectives/test_tripwires.py` then says "
                     "so).",
     ),
-    how="a wrapper makes those captures run custom_all_reduce with registration off",
+    how="a wrapper makes those captures run custom_all_reduce with registration off, and the "
+        "communicator's enable_register_for_capturing reads off for the whole of such a "
+        "capture (GroupCoordinator.graph_capture), to every reader",
 )
 
 ALL_GATHER = CollectiveFix(

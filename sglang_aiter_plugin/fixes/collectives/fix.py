@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from sglang_aiter_plugin._patch import wrap_once
 from sglang_aiter_plugin._post_import import when_imported
 from sglang_aiter_plugin._status import FixState, FixStatus
+from sglang_aiter_plugin.fixes.collectives import capture_scope
 from sglang_aiter_plugin.fixes.collectives.plan import Plan, plan_for
 from sglang_aiter_plugin.fixes.collectives.wrappers import UNREGISTERED, is_installed, wrapper
 from sglang_aiter_plugin.plugin.spec import FixContext, hookimpl
@@ -30,9 +31,12 @@ if TYPE_CHECKING:  # the probe is imported where a fix decides: only on ROCm, on
     from sglang_aiter_plugin._ledger import Defect
     from sglang_aiter_plugin.fixes.collectives.probe import Condition, Invoke, ProbeResult
 
-__all__ = ["PARALLEL_STATE", "AllReduceFix", "CollectiveFix", "Decision", "Method", "calling_with"]
+__all__ = ["PARALLEL_STATE", "WHOLE_CAPTURE", "AllReduceFix", "CollectiveFix", "Decision", "Method",
+           "calling_with"]
 
 PARALLEL_STATE = "sglang.srt.distributed.parallel_state"
+WHOLE_CAPTURE = "graph_capture"
+"""The ``GroupCoordinator`` context manager in which sglang captures every graph of a group."""
 
 
 def calling_with(*shapes: tuple[int, ...], then: tuple[Any, ...] = ()) -> Invoke:
@@ -253,6 +257,17 @@ class AllReduceFix(CollectiveFix):
         from sglang_aiter_plugin.fixes.collectives.probe import Condition
 
         return f"{Condition.TMS} (the communicator it builds), {Condition.COMM_FLAG}"
+
+    def decide_now(self, module: Any, version: Version | None) -> FixStatus:
+        """As every fix; where ``applied``, also :data:`WHOLE_CAPTURE`: the communicator's flag
+        reads off for the whole capture under the plan (:mod:`.capture_scope`), for the readers
+        of the flag outside ``GroupCoordinator`` (DeepSeek-V4.1's fused all-reduce + hc_post)."""
+        status = super().decide_now(module, version)
+        cls = module.GroupCoordinator
+        if status.state is FixState.APPLIED and WHOLE_CAPTURE in vars(cls):
+            wrap_once(cls, WHOLE_CAPTURE, self.name,
+                      lambda original: capture_scope.wrapper(original, lambda: self.plan))
+        return status
 
     def not_needed(self, release: str, names: str, found: list[tuple[str, ProbeResult]],
                    variants: str) -> str:

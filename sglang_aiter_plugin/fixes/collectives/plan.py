@@ -7,6 +7,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from sglang_aiter_plugin.fixes.collectives.capture_scope import own_flag
+
 if TYPE_CHECKING:
     from sglang_aiter_plugin.fixes.collectives.probe import Condition
 
@@ -26,10 +28,10 @@ class Plan(NamedTuple):
 
     def unregistered(self, communicator: Any, coordinator: Any = None) -> bool:
         """Whether this capture (in ``coordinator``'s group) must not register the caller's
-        tensors."""
+        tensors (the communicator's flag as its own, below a capture scope's view)."""
         if self.copy_in:
             return True
-        if self.comm_flag and not getattr(communicator, "enable_register_for_capturing", True):
+        if self.comm_flag and not own_flag(communicator, "enable_register_for_capturing"):
             return True
         if self.tms is not None and bool(self.tms.get()):
             return True

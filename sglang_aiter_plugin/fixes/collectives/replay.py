@@ -26,6 +26,7 @@ from typing import Any
 
 from sglang_aiter_plugin._log import log
 from sglang_aiter_plugin._patch import patches
+from sglang_aiter_plugin.fixes.collectives.capture_scope import own_flag
 
 __all__ = ["ATTENTION_MARKERS", "CAPTURE_MODE", "DP_ATTENTION", "LORA_MARKER", "RUNTIME_CONTEXT",
            "SAID", "ReplayCheck",
@@ -154,7 +155,7 @@ class ReplayCheck:
             return False
         if not (self.dp_attention() and self.spans_dp_ranks(coordinator)):
             return False
-        if getattr(communicator, "enable_register_for_capturing", True) is False:
+        if own_flag(communicator, "enable_register_for_capturing") is False:
             self.seen(coordinator, Seen.SGLANG, variant)
             return False
         self.seen(coordinator, Seen.ACTED, variant)

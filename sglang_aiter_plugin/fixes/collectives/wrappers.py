@@ -20,6 +20,7 @@ from sglang_aiter_plugin._errors import AiterExtError
 from sglang_aiter_plugin._log import log
 from sglang_aiter_plugin._patch import patched
 from sglang_aiter_plugin._rebind import Overlay
+from sglang_aiter_plugin.fixes.collectives.capture_scope import REGISTRATION_OFF, own_flag
 
 if TYPE_CHECKING:
     from sglang_aiter_plugin.fixes.collectives.plan import Plan
@@ -142,18 +143,14 @@ def qknorm_unregistered(method: str) -> Callable[..., Any]:
     return unregistered
 
 
-_REGISTRATION_OFF = (("enable_register_for_capturing", False),  # aiter's communicator
-                     ("tms_cudagraph", True))  # sglang's own (ROCm): registered=not tms_cudagraph
-
-
 @contextlib.contextmanager
 def registration_off(comm: Any) -> Iterator[None]:
     """The communicator's registration during capture off for the block (aiter's
     ``enable_register_for_capturing``, sglang's own ``tms_cudagraph``, where it has them), put
     back after: a call that reads them copies its input into the pre-registered buffer."""
-    saved = {name: getattr(comm, name) for name, _ in _REGISTRATION_OFF if hasattr(comm, name)}
+    saved = {name: own_flag(comm, name) for name, _ in REGISTRATION_OFF if hasattr(comm, name)}
     try:
-        for name, off in _REGISTRATION_OFF:
+        for name, off in REGISTRATION_OFF:
             if name in saved:
                 setattr(comm, name, off)
         yield
@@ -170,7 +167,7 @@ def all_reduce_unregistered(comm: Any, *args: Any, **kwargs: Any) -> Any:
     A communicator with neither switch (no sglang release builds one: an aiter without the flag
     fails sglang's construction of it) cannot be taken off its registered path: the call runs as
     is, and a warning says so once per process."""
-    if not any(hasattr(comm, name) for name, _ in _REGISTRATION_OFF) and "switchless" not in _taken:
+    if not any(hasattr(comm, name) for name, _ in REGISTRATION_OFF) and "switchless" not in _taken:
         _taken.add("switchless")
         log(logging.WARNING, "sglang-aiter-plugin: a custom all-reduce captured under a condition "
             "that must not register runs on a %s without enable_register_for_capturing or "

@@ -13,13 +13,16 @@ the plugin, and the plugin says so; sglang#36079 leaves it nothing to do, and it
 
 from __future__ import annotations
 
+import sys
+import types
+from pathlib import Path
 from typing import Any
 
 import pytest
 from packaging.version import Version
 
 from sglang_aiter_plugin._status import FixState
-from sglang_aiter_plugin.fixes.collectives import ALL_REDUCE, registered
+from sglang_aiter_plugin.fixes.collectives import ALL_REDUCE, registered, replay
 from sglang_aiter_plugin.fixes.collectives.wrappers import all_reduce_unregistered
 from testkit.collective_facts import FIRST_WITH_VARIANTS, has_path, has_variants
 from testkit.doubles.communicator import RecordingCommunicator
@@ -169,3 +172,53 @@ def test_the_unregistered_all_reduce_puts_the_communicators_flag_back(flag: bool
     assert comm.calls == [("custom_all_reduce", False)] if flag is not None else [
         ("custom_all_reduce", True)]  # an aiter without the flag cannot be told
     assert getattr(comm, "enable_register_for_capturing", None) == flag
+
+
+# 0.5.18-0.5.19 mark the DSA variant with get_capture_dsa_variant; no CI release has that marker,
+# so these run a capture-mode module (made here) that defines only it.
+DSA_MARKER = "get_capture_dsa_variant"
+
+
+def _capture_mode_with_only(marker: str, label: str | None) -> types.ModuleType:
+    module = types.ModuleType(replay.CAPTURE_MODE)
+    setattr(module, marker, lambda: label)
+    return module
+
+
+def test_the_dsa_marker_of_0_5_18_is_recognised_in_an_imported_capture_mode() -> None:
+    module = _capture_mode_with_only(DSA_MARKER, None)
+    assert replay.variant_marker(module) == DSA_MARKER
+    possible, why = replay.replay_possible(module)
+    assert possible
+    assert f"marked by {DSA_MARKER}" in why
+
+
+def test_the_dsa_marker_of_0_5_18_is_recognised_in_the_capture_mode_source(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where sglang has not imported its capture-mode module yet, its source is read."""
+    source = tmp_path.joinpath(*replay.CAPTURE_MODE.split(".")[2:]).with_suffix(".py")
+    source.parent.mkdir(parents=True)
+    source.write_text(f"import torch\n\ndef {DSA_MARKER}():\n    return _variant\n")
+    monkeypatch.delitem(sys.modules, replay.CAPTURE_MODE, raising=False)
+    monkeypatch.setitem(sys.modules, "sglang.srt", types.SimpleNamespace(__path__=[str(tmp_path)]))
+    assert replay.variant_marker() == DSA_MARKER
+    assert replay.replay_possible()[0]
+
+
+def test_a_dsa_variant_marked_by_0_5_18s_marker_takes_the_unregistered_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The capture-time check reads the variant through the same marker: under DP attention, a
+    group spanning DP ranks captures it unregistered; the attention-TP group does not."""
+    monkeypatch.setitem(sys.modules, replay.CAPTURE_MODE,
+                        _capture_mode_with_only(DSA_MARKER, "sparse"))
+    monkeypatch.setitem(sys.modules, replay.DP_ATTENTION,
+                        types.SimpleNamespace(is_dp_attention_enabled=lambda: True))
+    attention = types.SimpleNamespace(ranks=[0, 1])
+    monkeypatch.setitem(sys.modules, replay.RUNTIME_CONTEXT, types.SimpleNamespace(
+        get_parallel=lambda: types.SimpleNamespace(attn_tp_group=attention)))
+    monkeypatch.setattr(replay, "SAID", set())
+    check = replay.ReplayCheck(parallel_state=None)
+    comm = RecordingCommunicator(capturing=True)
+    assert check.variant() == "sparse"
+    assert check(types.SimpleNamespace(ranks=[0, 1, 2, 3], unique_name="tp:0"), comm)
+    assert not check(attention, comm)

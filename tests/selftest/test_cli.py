@@ -24,6 +24,7 @@ from sglang_aiter_plugin.selftest.cases import CASES
 from testkit.doubles import server_plugin
 from testkit.doubles.aiter_kernels import WRONG_SLOT_FLAG_VAR
 from testkit.doubles.aiter_triton import installed_tree
+from testkit.doubles.short_buffer import SHORT_BUFFER_VAR
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_CASES = [c for c in CASES if not c.needs_gpu]
@@ -140,6 +141,26 @@ def test_a_kernel_reading_one_wrong_kv_slot_fails_aiter_ext_with_exit_status_1(
     assert "ragged-page1-eager: upstream raised; aiter-ext wrong" in paste
     assert "sglang " in paste
     assert "torch " in paste
+
+
+@pytest.mark.slow
+@NEEDS_AITER
+def test_aiter_ext_with_a_buffer_cut_one_row_short_fails_with_exit_status_1(
+        tmp_path: Path) -> None:
+    """aiter-ext's workspace one batch row short of aiter's layout: the kernel double does not
+    write it, so every row still compares right; the verdict fails the case all the same."""
+    done = selftest(tmp_path, "--json", "--only", "ragged-page1-eager",
+                    doubles="aiter,unified,rocm-host,short-buffer",
+                    env={SHORT_BUFFER_VAR: "workspace_buffer"})
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    data = json.loads(done.stdout)
+    assert data["exit_code"] == 1
+    ext = data["cases"][0]["aiter-ext"]
+    assert ext["outcome"] == "wrong", ext
+    assert ext["detail"].startswith("its own buffers are short: batch 34 writes workspace_buffer")
+    assert ext["sizes"] == [34]  # it ran to its end...
+    assert ext["max_err"] < 2e-2  # ...and the comparison could not see it
+    assert data["summary"].startswith("FAIL: aiter-ext passed 0 of 1 cases that ran")
 
 
 @pytest.mark.slow

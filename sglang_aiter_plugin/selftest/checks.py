@@ -241,6 +241,7 @@ def gpu_memory_bound(device: str, mib: int) -> Iterator[None]:
     index = torch.device(device).index or 0
     total = torch.cuda.get_device_properties(index).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, mib * 2**20 / total), index)
+    torch.cuda.reset_peak_memory_stats(index)  # each case's own peak (peak_gpu_mib)
     yield
 
 
@@ -250,9 +251,3 @@ def peak_gpu_mib(device: str) -> float | None:
     import torch
 
     return round(torch.cuda.max_memory_allocated(torch.device(device)) / 2**20, 1)
-
-
-def environment_for(case: Case) -> dict[str, str]:
-    """The settings sglang reads for ``case`` before its backend is built."""
-    return {"SGLANG_USE_AITER_UNIFIED_ATTN": "1" if case.path == "unified" else "0"}
-

@@ -57,6 +57,7 @@ def everything(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert done.stdout.strip(), done.stderr[-3000:]
     report: dict[str, Any] = json.loads(done.stdout)
     report["returncode"] = done.returncode
+    report["stderr"] = done.stderr
     return report
 
 
@@ -79,6 +80,19 @@ def test_every_case_but_graph_capture_runs_and_aiter_ext_passes(everything: dict
             assert row["aiter-ext"]["sizes"], row  # it ran batches, above P included
             assert max(row["aiter-ext"]["sizes"]) == 34, row  # P = 33, padded to 34
     assert everything["summary"].startswith("PASS: aiter-ext passed 5 of 5 cases that ran")
+
+
+@pytest.mark.slow
+@NEEDS_AITER
+def test_each_case_says_on_stderr_how_it_ended_as_it_ends(everything: dict[str, Any]) -> None:
+    """One line per case (the JSON on stdout is the report); in the order the cases ended."""
+    lines = [ln for ln in everything["stderr"].splitlines() if ln.startswith("[")]
+    total = len(CASES)
+    assert [ln.split("] ", 1)[0] for ln in lines] == [f"[{i}/{total}" for i in range(1, total + 1)]
+    for row in everything["cases"]:
+        (line,) = [ln for ln in lines if ln.split("] ", 1)[1].startswith(row["case"] + ":")]
+        assert f"upstream aiter {row['upstream']['outcome']}" in line
+        assert f"aiter-ext {row['aiter-ext']['outcome']}" in line
 
 
 @pytest.mark.slow

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 __all__ = ["main"]
 
@@ -29,21 +30,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run aiter-ext and upstream aiter on this GPU, case by case, against a torch reference "
         "(run it on a GPU that is not serving)"))
     selftest.add_argument("--device", default="cuda", help=(
-        "the GPU to use (torch's name: cuda, cuda:1; HIP devices are called cuda too); cpu runs "
-        "the eager and metadata cases only (default: cuda)"))
+        "the GPU to use: cuda or cuda:N (torch's names; HIP devices are called cuda too), made "
+        "the current device in every worker process (default: cuda). cpu is for the plugin's own "
+        "tests only: it runs with their test doubles, and the eager and metadata cases only"))
     selftest.add_argument("--only", metavar="CASE", action="append", default=[], help=(
         "run only this case (repeatable); --list shows the cases"))
     selftest.add_argument("--list", action="store_true", help="list the cases and exit")
     selftest.add_argument("--json", action="store_true", help="machine-readable output")
     selftest.add_argument("--upstream-unsafe", action="store_true", help=(
         "also run upstream's batches that its buffers cannot hold (they read or write past them: "
-        "a memory fault or corruption in that child process)"))
+        "a memory fault or corruption in that worker process, which a fresh one replaces)"))
     selftest.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                          help="per child process (default: 300)")
+                          help="per case, and for a worker to import sglang (default: 300)")
     selftest.add_argument("--jobs", type=int, default=2, help=(
-        "child processes at a time (default: 2)"))
+        "worker processes at a time (default: 2, one per backend; more share each backend's "
+        "cases)"))
+    selftest.add_argument("--isolate", action="store_true", help=(
+        "run every case in a worker process of its own (each imports sglang anew)"))
     selftest.add_argument("--max-gpu-memory", type=int, default=4096, metavar="MIB", help=(
-        "GPU memory each child may allocate through torch (default: 4096)"))
+        "GPU memory each worker may allocate through torch (default: 4096)"))
     sub.add_parser("ledger", help=(
         "print the ledger: every upstream defect the plugin answers, the sglang symbols it "
         "touches, why, how, upstream's pull requests and when it steps aside (Markdown)"))
@@ -73,12 +78,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _selftest(args: argparse.Namespace) -> int:
     from sglang_aiter_plugin.selftest import report
     from sglang_aiter_plugin.selftest.cases import CASES, UnknownCaseError, by_name
-    from sglang_aiter_plugin.selftest.run import Options, selftest
+    from sglang_aiter_plugin.selftest.run import Options, device_problem, selftest
 
     if args.list:
         for case in CASES:
             print(f"{case.name:<24}{case.describe()}")
         return 0
+    if (problem := device_problem(args.device)) is not None:
+        print(f"sglang-aiter-plugin selftest: {problem}", file=sys.stderr)
+        return 2
     try:
         by_name(args.only)
     except UnknownCaseError as exc:
@@ -90,9 +98,24 @@ def _selftest(args: argparse.Namespace) -> int:
         return 2
     run = selftest(Options(device=args.device, only=tuple(args.only),
                            unsafe=args.upstream_unsafe, timeout=args.timeout, jobs=args.jobs,
-                           gpu_mib=args.max_gpu_memory))
+                           gpu_mib=args.max_gpu_memory, isolate=args.isolate),
+                   on_case=_progress(len(by_name(args.only)) if args.only else len(CASES)))
     print(report.as_json(run) if args.json else report.as_text(run))
     return run.exit_code
+
+
+def _progress(total: int) -> Callable[[Any], None]:
+    """One line on stderr per case as it ends."""
+    from sglang_aiter_plugin.selftest.report import progress_line
+
+    done = 0
+
+    def show(row: Any) -> None:
+        nonlocal done
+        done += 1
+        print(progress_line(row, done, total), file=sys.stderr, flush=True)
+
+    return show
 
 
 if __name__ == "__main__":

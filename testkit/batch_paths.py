@@ -31,8 +31,9 @@ from typing import Any
 
 import torch
 
+from sglang_aiter_plugin.selftest import decode
 from sglang_aiter_plugin.selftest.sglang_setup import graphs_off
-from testkit.sglang_setup import Scenario, Setup, configure, write_model_dir
+from testkit.sglang_setup import SCENARIOS, Setup, configure, write_model_dir
 
 __all__ = [
     "PATHS",
@@ -44,27 +45,6 @@ __all__ = [
     "main",
     "run_cases",
 ]
-
-SCENARIOS: dict[str, Scenario] = {
-    "dp-attention": Scenario(
-        "dp-attention",
-        ("--tp", "4", "--attn-dp-size", "2"),
-        ("--tp", "4", "--dp-size", "2", "--enable-dp-attention"),
-        2,
-    ),
-    "dp-attention-tp4": Scenario(
-        "dp-attention-tp4",
-        ("--tp", "8", "--attn-dp-size", "2"),
-        ("--tp", "8", "--dp-size", "2", "--enable-dp-attention"),
-        4,
-    ),
-    "two-batch-overlap": Scenario(
-        "two-batch-overlap", ("--enable-two-batch-overlap",), ("--enable-two-batch-overlap",), 1
-    ),
-    "plain": Scenario("plain", (), (), 1),
-}
-"""DP attention at attention-TP 2 and 4 (MLP sync pads eager batches), two-batch overlap (pads
-graph sizes only), neither."""
 
 PATHS = ("ragged", "unified")
 """Decode paths of the MHA backend: aiter's ragged paged decode, or the unified kernel
@@ -117,14 +97,7 @@ class Outcome:
 
 def graph_max(setup: Setup) -> int:
     """The largest batch sglang's decode (and draft) graph runners capture for this runner."""
-    try:
-        from sglang.srt.model_executor.runner.base_cuda_graph_runner import (
-            get_batch_sizes_to_capture,
-        )
-    except ImportError:  # 0.5.13 and older
-        from sglang.srt.model_executor.cuda_graph_runner import get_batch_sizes_to_capture
-    capture_bs, _ = get_batch_sizes_to_capture(setup.runner)
-    return int(max(capture_bs))
+    return setup.max_bs
 
 
 def eager_runner_max(setup: Setup) -> int | None:
@@ -148,17 +121,6 @@ def eager_runner_max(setup: Setup) -> int | None:
     return int(EagerRunner(runner, **kw)._eager_max_bs)
 
 
-def _backend_class(kind: str) -> type[Any]:
-    if kind == "aiter-ext":
-        from sglang_aiter_plugin.backend.classes import AiterExtAttnBackend
-
-        return AiterExtAttnBackend
-    from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
-
-    stock: type[Any] = AiterAttnBackend
-    return stock
-
-
 @contextlib.contextmanager
 def _decode_path(path: str) -> Iterator[None]:
     old = os.environ.get("SGLANG_USE_AITER_UNIFIED_ATTN")
@@ -175,10 +137,9 @@ def _decode_path(path: str) -> Iterator[None]:
 def build_backend(kind: str, setup: Setup, path: str, graphs: bool) -> Any:
     """A backend as sglang builds it; with ``graphs``, after its graph state was set up."""
     with _decode_path(path):
-        backend = _backend_class(kind)(setup.runner)
+        backend = decode.build_backend(kind, setup)
     if graphs:
-        top = graph_max(setup)
-        backend.init_cuda_graph_state(top, top)
+        backend.init_cuda_graph_state(setup.max_bs, setup.max_bs)
     return backend
 
 

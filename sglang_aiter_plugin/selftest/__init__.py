@@ -5,8 +5,9 @@ Each case (:mod:`.cases`) builds both backends through sglang's own configuratio
 (:mod:`.sglang_setup`, :mod:`.model_runner`) with a request pool below the batches sglang sends,
 runs sglang's metadata code and aiter's kernels on decode graphs and eager batches
 (:mod:`.decode_batch`, :mod:`.mlp_sync`) and compares every real row with a torch reference
-(:mod:`.reference`), in a child process per case and backend (:mod:`.checks`, :mod:`.child`,
-:mod:`.run`); :mod:`.report` prints the outcome. The tests and GPU scripts use the same modules.
+(:mod:`.reference`), one verdict per case (:mod:`.checks`), in a worker process per backend that
+imports sglang once (:mod:`.child`, :mod:`.run`); :mod:`.report` prints the outcome. The tests
+and GPU scripts use the same modules.
 
 Nothing here runs at import: no module imports torch or sglang before it is called, and loading
 the plugin never imports this package.

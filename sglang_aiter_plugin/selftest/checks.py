@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from sglang_aiter_plugin.selftest.decode import SizeOutcome
     from sglang_aiter_plugin.selftest.sglang_setup import Setup
 
-__all__ = ["POOL", "TOLERANCE", "Result", "run"]
+__all__ = ["POOL", "TOLERANCE", "Result", "holds", "judge", "run"]
 
 POOL = 33
 """Requests in the pool P: odd, so that both two-batch overlap and DP attention at attention-TP 2
@@ -125,7 +125,7 @@ def _run(case: Case, kind: str, device: str, unsafe: bool, tmp: Path) -> Result:
 
         fill_paged_requests(setup.runner, POOL, case.page, seed=SEED)
         if case.path == "draft":
-            return _draft(setup, kind, device, unsafe)
+            return _draft(case, setup, kind, device, unsafe)
         if case.form == "eager":
             return _eager(case, setup, kind, device, unsafe)
         return _graphs(case, setup, kind, device, unsafe)
@@ -135,8 +135,8 @@ def _graphs(case: Case, setup: Setup, kind: str, device: str, unsafe: bool) -> R
     from sglang_aiter_plugin.selftest.decode import build_backend, graph_sizes
 
     sizes = graph_sizes(case, setup, build_backend(kind, setup), device, SEED + 1,
-                        _max_len(device), hold=_holds(kind, unsafe))
-    return _judged(list(sizes), f"P = {POOL}, graph max_bs = {setup.max_bs}", unsafe)
+                        _max_len(device), hold=holds(case, kind, unsafe))
+    return judge(kind, list(sizes), f"P = {POOL}, graph max_bs = {setup.max_bs}", unsafe)
 
 
 def _eager(case: Case, setup: Setup, kind: str, device: str, unsafe: bool) -> Result:
@@ -144,125 +144,89 @@ def _eager(case: Case, setup: Setup, kind: str, device: str, unsafe: bool) -> Re
 
     batch = eager_batch(case, setup, build_backend(kind, setup), device, SEED + 2,
                         _max_len(device), rows=POOL, others=[POOL],
-                        hold=_holds(kind, unsafe, writes_only=True))
-    return _judged([batch], f"{POOL} requests padded by MLP sync", unsafe)
+                        hold=holds(case, kind, unsafe))
+    return judge(kind, [batch], f"{POOL} requests padded by MLP sync", unsafe)
 
 
-def _holds(kind: str, unsafe: bool, *, writes_only: bool = False) -> Callable[[str], bool]:
-    """Which predicted overruns keep a batch from running: upstream's, unless ``unsafe``.
-    ``writes_only`` (eager batches): sglang's eager metadata fills the per-batch buffers with
-    torch slices, which raise on a short buffer before any kernel runs, so only a kernel's own
-    writes (aiter's workspace) are held back."""
+def holds(case: Case, kind: str, unsafe: bool) -> Callable[[str], bool]:
+    """The hold-back rule of ``case``'s form: which predicted overruns (:func:`.decode.overruns`)
+    keep a batch from running. Only upstream's batches are held back, and not with ``unsafe``
+    (``--upstream-unsafe``); ``aiter-ext``'s run, and an overrun fails them (:func:`judge`).
+    Eager batches: sglang's eager metadata fills the per-batch buffers with torch slices, which
+    raise on a short buffer before any kernel runs, so only a kernel's own writes (aiter's
+    workspace) are held back."""
+    writes_only = case.form == "eager"
     return lambda short: (kind == "upstream" and not unsafe
                           and (not writes_only or "writes" in short))
 
 
-def _judged(sizes: list[SizeOutcome], what: str, unsafe: bool) -> Result:
-    """One result for a case's batches: ``raised`` at the first that raised, ``wrong`` where a
-    row is off the reference, ``held back`` where any batch did not run, else ``ok``; then what
-    the batches nothing held back would read or write past (the comparison cannot see it): a batch
-    that ran to its end ran past its buffers; one that raised had them short, whether or not a
-    kernel got past them first."""
-    result = _verdict(sizes, what)
-    ran = "; ".join(f"batch {s.bs} {s.past}" for s in sizes if s.past and s.error is None)
-    raised = "; ".join(f"batch {s.bs} {s.past}" for s in sizes if s.past and s.error is not None)
-    if ran:
-        result.detail += f"; ran past its buffers{' (--upstream-unsafe)' if unsafe else ''}: {ran}"
-    if raised:
-        result.detail += f"; its buffers were short: {raised}"
-    return result
+def judge(kind: str, batches: list[SizeOutcome], what: str, unsafe: bool) -> Result:
+    """The one verdict of a case from its batches, for every form.
 
-
-def _verdict(sizes: list[SizeOutcome], what: str) -> Result:
-    ran = [s.bs for s in sizes if not s.held and s.error is None]
-    held = {s.bs: s.held for s in sizes if s.held}
-    errors = [s for s in sizes if s.max_err is not None]
-    worst = max(errors, key=lambda s: s.max_err or 0.0, default=None)
-    err = worst.max_err if worst is not None and worst.max_err is not None else None
+    ``aiter-ext``: ``wrong`` wherever a batch would read or write past its buffers (whether or not
+    the comparison noticed). Then, for either backend: the first batch that raised decides
+    (``raised``, or ``skipped`` where the kernel is not implemented here); ``wrong`` where a batch
+    is off the reference (the worst one named with its difference) or its metadata is wrong;
+    ``held back`` where a batch did not run; else ``ok``. The detail then says what the batches
+    nothing held back would read or write past: a batch that ran to its end ran past its buffers;
+    one that raised had them short, whether or not a kernel got past them first."""
+    ran = [b.bs for b in batches if not b.held and b.error is None]
+    held = sorted(b.bs for b in batches if b.held)
+    measured = [b for b in batches if b.max_err is not None]
+    worst = max(measured, key=lambda b: b.max_err or 0.0, default=None)
+    err = worst.max_err if worst is not None else None
     rounded = round(err, 5) if err is not None else None
-    for s in sizes:
-        if s.error is not None:
-            failed = _failure(s.error)
-            return Result(failed.outcome, f"at batch {s.bs}: {failed.detail}", rounded, ran,
-                          sorted(held))
     span = f"batch {_span(ran)}" if ran else "no batch"
-    if worst is not None and err is not None and err > TOLERANCE:
-        return Result("wrong", f"{span}: max |diff| {err:.3g} at batch {worst.bs} (tolerance "
-                      f"{TOLERANCE})", rounded, ran, sorted(held))
-    right = f"{span} right" + (f", max |diff| {err:.3g}" if err is not None else "")
-    if held:
-        why = "; ".join(f"batch {bs} {reason}" for bs, reason in sorted(held.items()))
-        return Result("held back", f"{right}; held back: {why}; run with --upstream-unsafe",
-                      rounded, ran, sorted(held))
-    return Result("ok", f"{right} ({what})", rounded, ran)
+    failed = next((b.error for b in batches if b.error is not None), None)
+    failed_at = next((b.bs for b in batches if b.error is not None), None)
+    wrong = [f"batch {b.bs} {b.wrong}" for b in batches if b.wrong]
+    past = "; ".join(f"batch {b.bs} {b.past}" for b in batches if b.past)
+    if kind == "aiter-ext" and past:
+        outcome = "wrong"
+        detail = f"its own buffers are short: {past}"
+        if failed is not None:
+            detail += f"; at batch {failed_at}: {_failure(failed).detail}"
+        elif err is not None:
+            detail += f"; {span}: max |diff| {err:.3g} at batch {worst.bs if worst else '?'}"
+        return Result(outcome, detail, rounded, ran, held)
+    if failed is not None:
+        result = _failure(failed)
+        outcome, detail = result.outcome, f"at batch {failed_at}: {result.detail}"
+    elif worst is not None and err is not None and err > TOLERANCE:
+        outcome = "wrong"
+        detail = f"{span}: max |diff| {err:.3g} at batch {worst.bs} (tolerance {TOLERANCE})"
+    elif wrong:
+        outcome = "wrong"
+        detail = "; ".join(wrong[:3]) + (f" (+{len(wrong) - 3} more)" if len(wrong) > 3 else "")
+    else:
+        right = f"{span} right" + (f", max |diff| {err:.3g}" if err is not None else "")
+        if held:
+            why = "; ".join(f"batch {b.bs} {b.held}" for b in batches if b.held)
+            outcome, detail = "held back", f"{right}; held back: {why}; run with --upstream-unsafe"
+        else:
+            outcome, detail = "ok", f"{right} ({what})"
+    ran_past = "; ".join(f"batch {b.bs} {b.past}" for b in batches if b.past and b.error is None)
+    short = "; ".join(f"batch {b.bs} {b.past}" for b in batches if b.past and b.error is not None)
+    if ran_past:
+        detail += f"; ran past its buffers{' (--upstream-unsafe)' if unsafe else ''}: {ran_past}"
+    if short:
+        detail += f"; its buffers were short: {short}"
+    return Result(outcome, detail, rounded, ran, held)
 
 
 def _span(sizes: list[int]) -> str:
     return f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}..{sizes[-1]} ({len(sizes)} sizes)"
 
 
-def _draft(setup: Setup, kind: str, device: str, unsafe: bool) -> Result:
+def _draft(case: Case, setup: Setup, kind: str, device: str, unsafe: bool) -> Result:
     """The draft wrapper's per-step ``kv_indptr`` rows after its graph metadata, at every captured
     size: each row the cumulative lengths of its step, element 0 still 0 after a later batch."""
-    import torch
-
-    from sglang_aiter_plugin.selftest.decode import build_backend, requests_for
-    from sglang_aiter_plugin.selftest.decode_batch import Batch, draft_metadata
+    from sglang_aiter_plugin.selftest.decode import build_backend, draft_sizes
 
     draft = build_backend(kind, setup, draft=(TOPK, STEPS))
-    draft.init_cuda_graph_state(setup.max_bs, setup.max_bs)
-    gen = torch.Generator().manual_seed(SEED + 3)
-    ran: list[int] = []
-    held: dict[int, str] = {}
-    wrong: list[str] = []
-    past: list[str] = []
-    for bs in setup.capture_bs:
-        width = int(draft.kv_indptr.shape[-1])
-        if width < bs * TOPK + 1:
-            short = f"writes past kv_indptr's last row ({width} entries, {bs * TOPK + 1} needed)"
-            if kind == "upstream" and not unsafe:
-                held[bs] = short
-                continue
-            past.append(f"batch {bs} {short}")
-        reqs, lens = requests_for(bs, POOL, gen, _max_len(device))
-        pad = bs - len(reqs)
-        seq = torch.tensor(lens + [1] * pad, device=device)
-        fb = Batch(batch_size=bs, seq_lens=seq, seq_lens_cpu=seq.cpu(),
-                   seq_lens_sum=int(seq.sum()), positions=seq.clone(), forward_mode=None,
-                   req_pool_indices=torch.tensor(reqs + [0] * pad, device=device),
-                   spec_info=Batch(), kv_loc_plan=None,
-                   input_ids=torch.zeros(bs, dtype=torch.int64, device=device),
-                   req_to_token_pool=setup.runner.req_to_token_pool)
-        try:
-            for _ in range(2):  # a second batch shows what the first left in element 0
-                draft_metadata(draft, fb)
-            if device != "cpu":
-                torch.cuda.synchronize()
-        except Exception as exc:
-            failed = _failure(exc)
-            failed.detail = f"at batch {bs}: {failed.detail}"
-            return failed
-        ran.append(bs)
-        for step in range(STEPS - 1):
-            want = [0, *torch.cumsum(seq.cpu() + step + 1, 0).tolist()]
-            got = draft.kv_indptr[step, : bs + 1].tolist()
-            if len(got) < len(want):
-                wrong.append(f"batch {bs} step {step}: kv_indptr's row holds {len(got)} entries, "
-                             f"{len(want)} needed")
-            elif got != want:
-                first = next(i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
-                wrong.append(f"batch {bs} step {step}: kv_indptr[{first}] = {got[first]}, "
-                             f"{want[first]} expected")
-    ran_past = f"; ran past its buffers (--upstream-unsafe): {'; '.join(past)}" if past else ""
-    if wrong:
-        return Result("wrong", "; ".join(wrong[:3]) + (f" (+{len(wrong) - 3} more)"
-                      if len(wrong) > 3 else "") + ran_past, None, ran, sorted(held))
-    if held:
-        why = "; ".join(f"batch {bs}: {reason}" for bs, reason in sorted(held.items()))
-        return Result("held back", f"batch {_span(ran)} right; held back {why}; run them with "
-                      "--upstream-unsafe", None, ran, sorted(held))
-    return Result("ok", f"batch {_span(ran)}: every step's kv_indptr right ({STEPS} steps, top-"
-                  f"{TOPK}){ran_past}", None, ran)
+    batches = list(draft_sizes(case, setup, draft, device, SEED + 3, _max_len(device),
+                               hold=holds(case, kind, unsafe)))
+    return judge(kind, batches, f"each step's kv_indptr, {STEPS} steps, top-{TOPK}", unsafe)
 
 
 @contextlib.contextmanager
@@ -277,6 +241,7 @@ def gpu_memory_bound(device: str, mib: int) -> Iterator[None]:
     index = torch.device(device).index or 0
     total = torch.cuda.get_device_properties(index).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, mib * 2**20 / total), index)
+    torch.cuda.reset_peak_memory_stats(index)  # each case's own peak (peak_gpu_mib)
     yield
 
 
@@ -286,9 +251,3 @@ def peak_gpu_mib(device: str) -> float | None:
     import torch
 
     return round(torch.cuda.max_memory_allocated(torch.device(device)) / 2**20, 1)
-
-
-def environment_for(case: Case) -> dict[str, str]:
-    """The settings sglang reads for ``case`` before its backend is built."""
-    return {"SGLANG_USE_AITER_UNIFIED_ATTN": "1" if case.path == "unified" else "0"}
-

@@ -1,33 +1,47 @@
-"""The process one self-test step runs in: ``python -m sglang_aiter_plugin.selftest.child SPEC``.
+"""A self-test worker: ``python -m sglang_aiter_plugin.selftest.child DEVICE``.
 
-``SPEC`` is JSON: ``{"probe": true, "device": ...}`` asks what this host is (versions, the GPU,
-whether ``aiter-ext`` can run: the backend's own host checks); ``{"case": NAME, "kind": KIND,
-"device": ..., "unsafe": bool, "gpu_mib": N}`` runs one case for one backend. Either way the
-process first runs sglang's own plugin loader, as every sglang process does, and ends by
-printing one line, :data:`MARK` followed by the result as JSON.
+It runs sglang's own plugin loader, as every sglang process does (sglang is imported once, here),
+makes ``DEVICE`` its current GPU, and prints :data:`MARK` followed by what this host is as JSON
+(versions, the GPU, whether ``aiter-ext`` can run: the backend's own host checks). Then it reads
+one case per line on stdin, ``{"case": NAME, "kind": KIND, "unsafe": bool, "gpu_mib": N,
+"env": {...}}``, runs it for that backend with those settings, and prints :data:`MARK` followed by
+its result as JSON; it ends at the end of its input. The parent (:mod:`.run`) gives each case a
+time limit and replaces a worker that faulted or ran past it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["MARK", "main"]
+__all__ = ["MARK", "main", "use_device"]
 
 MARK = "SELFTEST-RESULT "
 
 
 def main(argv: Sequence[str]) -> int:
-    spec = json.loads(argv[0])
+    device = argv[0]
     loaded = _load_plugins()
-    if spec.get("probe"):
-        result = _probe(spec["device"], loaded)
-    else:
-        result = _case(spec)
-    print(MARK + json.dumps(result), flush=True)
+    use_device(device)
+    print(MARK + json.dumps(_probe(device, loaded)), flush=True)
+    for line in sys.stdin:
+        if line.strip():
+            print(MARK + json.dumps(_case(json.loads(line), device)), flush=True)
     return 0
+
+
+def use_device(device: str) -> None:
+    """Make ``device`` (``cuda:N``) this process's current GPU, so that graphs capture and
+    kernels launch where the tensors are; ``cuda`` and ``cpu`` change nothing."""
+    if device.startswith("cuda:"):
+        import torch
+
+        index = torch.device(device).index
+        if torch.cuda.is_available() and index is not None and index < torch.cuda.device_count():
+            torch.cuda.set_device(index)
 
 
 def _load_plugins() -> str | None:
@@ -41,15 +55,24 @@ def _load_plugins() -> str | None:
     return None
 
 
-def _case(spec: dict[str, Any]) -> dict[str, Any]:
+def _case(spec: dict[str, Any], device: str) -> dict[str, Any]:
+    """One case for one backend, with the settings it names in the environment meanwhile."""
     from sglang_aiter_plugin.selftest.cases import by_name
     from sglang_aiter_plugin.selftest.checks import gpu_memory_bound, peak_gpu_mib, run
 
     (case,) = by_name([spec["case"]])
-    device = spec["device"]
-    with gpu_memory_bound(device, int(spec["gpu_mib"])):
-        result = run(case, spec["kind"], device, bool(spec["unsafe"]))
-    result.peak_gpu_mib = peak_gpu_mib(device)
+    before = {name: os.environ.get(name) for name in spec["env"]}
+    os.environ.update(spec["env"])
+    try:
+        with gpu_memory_bound(device, int(spec["gpu_mib"])):
+            result = run(case, spec["kind"], device, bool(spec["unsafe"]))
+        result.peak_gpu_mib = peak_gpu_mib(device)
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     return result.as_dict()
 
 

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
     from sglang_aiter_plugin.selftest.sglang_setup import Setup
 
-__all__ = ["CLASSES", "RowShape", "SizeOutcome", "build_backend", "eager_batch", "graph_sizes",
-           "overruns", "requests_for"]
+__all__ = ["CLASSES", "RowShape", "SizeOutcome", "build_backend", "draft_sizes", "eager_batch",
+           "graph_sizes", "overruns", "requests_for", "row_error"]
 
 CLASSES = {  # kind -> (decode backend, multi-step draft wrapper), each (module, class)
     "upstream": (("sglang.srt.layers.attention.aiter_backend", "AiterAttnBackend"),
@@ -82,8 +82,14 @@ class RowShape:
                                       self.out_dim)
         else:
             want = reference_rows(self.runner, q[:rows], reqs, lens)
-        diff = (got - want.to(got.device)).abs()
-        return float("inf") if bool(diff.isnan().any()) else float(diff.max())
+        return row_error(got, want)
+
+
+def row_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """The largest absolute difference of ``got`` from ``want`` (off in either direction; inf
+    where a row holds NaN)."""
+    diff = (got.float() - want.float().to(got.device)).abs()
+    return float("inf") if bool(diff.isnan().any()) else float(diff.max())
 
 
 def requests_for(bs: int, pool: int, gen: torch.Generator,
@@ -100,16 +106,20 @@ def requests_for(bs: int, pool: int, gen: torch.Generator,
 
 @dataclass
 class SizeOutcome:
-    """One batch: its rows, its real rows, and what happened (at most one of the last three)."""
+    """One batch: its rows, its real rows, and what happened (the verdict is
+    :func:`.checks.judge`'s)."""
 
     bs: int
     real_rows: int
     max_err: float | None = None
+    """The largest absolute difference of its real rows from the reference."""
     held: str = ""
     """What the batch would read or write past (it did not run)."""
     past: str = ""
     """What the batch would read or write past when nothing held it back (it ran, or raised)."""
     error: BaseException | None = None
+    wrong: str = ""
+    """What its metadata holds wrongly (the draft wrapper's check; no rows are compared)."""
 
 
 def graph_sizes(case: Case, setup: Setup, backend: Any, device: str, seed: int, max_len: int,
@@ -179,6 +189,55 @@ def eager_batch(case: Case, setup: Setup, backend: Any, device: str, seed: int, 
                        past=short)
 
 
+def draft_sizes(case: Case, setup: Setup, draft: Any, device: str, seed: int, max_len: int,
+                *, hold: Callable[[str], bool]) -> Iterator[SizeOutcome]:
+    """The EAGLE draft wrapper ``draft`` at every size sglang captures: its replay metadata twice
+    (the second shows what the first left in element 0), then each step's ``kv_indptr`` row
+    against the cumulative lengths of that step. A batch whose :func:`overruns` ``hold`` accepts
+    is not run. Stops after the first batch that raises."""
+    import torch
+
+    from sglang_aiter_plugin.selftest.decode_batch import Batch, draft_metadata
+
+    draft.init_cuda_graph_state(setup.max_bs, setup.max_bs)
+    steps = int(draft.speculative_num_steps)
+    gen = torch.Generator().manual_seed(seed)
+    for bs in setup.capture_bs:
+        short = overruns(draft, case, bs, 0)
+        if short and hold(short):
+            yield SizeOutcome(bs, min(bs, int(setup.runner.req_to_token_pool.size)), held=short)
+            continue
+        reqs, lens = requests_for(bs, int(setup.runner.req_to_token_pool.size), gen, max_len)
+        pad = bs - len(reqs)
+        seq = torch.tensor(lens + [1] * pad, device=device)
+        fb = Batch(batch_size=bs, seq_lens=seq, seq_lens_cpu=seq.cpu(),
+                   seq_lens_sum=int(seq.sum()), positions=seq.clone(), forward_mode=None,
+                   req_pool_indices=torch.tensor(reqs + [0] * pad, device=device),
+                   spec_info=Batch(), kv_loc_plan=None,
+                   input_ids=torch.zeros(bs, dtype=torch.int64, device=device),
+                   req_to_token_pool=setup.runner.req_to_token_pool)
+        try:
+            for _ in range(2):
+                draft_metadata(draft, fb)
+            if device != "cpu":
+                torch.cuda.synchronize(torch.device(device))
+        except Exception as exc:
+            yield SizeOutcome(bs, len(reqs), error=exc, past=short)
+            return
+        wrong = []
+        for step in range(steps - 1):
+            want = [0, *torch.cumsum(seq.cpu() + step + 1, 0).tolist()]
+            got = draft.kv_indptr[step, : bs + 1].tolist()
+            if len(got) < len(want):
+                wrong.append(f"step {step}: kv_indptr's row holds {len(got)} entries, "
+                             f"{len(want)} needed")
+            elif got != want:
+                first = next(i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
+                wrong.append(f"step {step}: kv_indptr[{first}] = {got[first]}, "
+                             f"{want[first]} expected")
+        yield SizeOutcome(bs, len(reqs), past=short, wrong="; ".join(wrong))
+
+
 def _pools_of(setup: Setup, fb: Any) -> None:
     """The pools a forward batch carries, as ``ForwardBatch.init_new`` takes them from the model
     runner (older releases read the KV pool from the batch, not from the backend)."""
@@ -199,6 +258,10 @@ def overruns(backend: Any, case: Case, bs: int, tokens: int) -> str:
         if isinstance(buffer, torch.Tensor) and buffer.numel() < need:
             short.append(f"{what} {name} ({buffer.numel()} entries, {need} needed)")
 
+    if case.path == "draft":  # one kv_indptr row per step, top-k entries per sequence
+        width, need = int(backend.kv_indptr.shape[-1]), bs * int(backend.topk) + 1
+        return (f"writes past kv_indptr's last row ({width} entries, {need} needed)"
+                if width < need else "")
     rows("kv_indptr", bs + 1, "reads")
     if case.page > 1:
         rows("kv_last_page_len", bs, "reads")

@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from sglang_aiter_plugin.selftest.cases import KINDS
-from sglang_aiter_plugin.selftest.run import Run
+from sglang_aiter_plugin.selftest.run import Row, Run
 
-__all__ = ["as_json", "as_text"]
+__all__ = ["as_json", "as_text", "progress_line"]
 
 _LABEL = {"upstream": "upstream aiter", "aiter-ext": "aiter-ext"}
 
@@ -32,6 +32,13 @@ def _cell(outcome: dict[str, Any]) -> str:
     if outcome["outcome"] == "wrong" and outcome.get("max_err") is not None:
         return f"wrong (max |diff| {outcome['max_err']:.3g})"
     return str(outcome["outcome"])
+
+
+def progress_line(row: Row, done: int, total: int) -> str:
+    """The line printed on stderr as a case ends."""
+    up, ext = (_cell(row.outcomes[k]) for k in KINDS)
+    return (f"[{done}/{total}] {row.case.name}: {_LABEL['upstream']} {up}, "
+            f"{_LABEL['aiter-ext']} {ext} ({row.seconds:.1f} s)")
 
 
 def summary(run: Run) -> str:
@@ -64,8 +71,8 @@ def as_text(run: Run) -> str:
     peaks = [o["peak_gpu_mib"] for r in run.rows for o in r.outcomes.values()
              if o.get("peak_gpu_mib") is not None]
     if peaks:
-        lines.append(f"peak GPU memory of one child: {max(peaks):.0f} MiB (bound "
-                     f"{run.options.gpu_mib} MiB each, {run.options.jobs} at a time)")
+        lines.append(f"peak GPU memory of one case: {max(peaks):.0f} MiB (bound "
+                     f"{run.options.gpu_mib} MiB each worker, {run.options.jobs} at a time)")
     lines += ["", summary(run)]
     if run.nothing_ran:
         lines.append(run.nothing_ran)

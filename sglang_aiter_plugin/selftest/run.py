@@ -1,33 +1,49 @@
-"""``sglang-aiter-plugin selftest``: every case, for upstream ``aiter`` and for ``aiter-ext``, each
-in its own child process (:mod:`.child`), so that a fault ends one row, not the run.
+"""``sglang-aiter-plugin selftest``: every case, for upstream ``aiter`` and for ``aiter-ext``, in
+worker processes (:mod:`.child`), so that a fault ends one case, not the run.
 
-The parent imports neither torch nor sglang: a first child answers what this host is (versions,
-the GPU, the backend's own host checks); then each case runs once per backend, at most ``jobs`` at
-a time, each child within ``timeout`` seconds and ``gpu_mib`` MiB of GPU allocations. Nothing is
-left behind: the children get the environment as a copy, their temporary folders are their own
-and removed, and a child past its time is killed with its process group.
+The parent imports neither torch nor sglang. It starts one worker per backend (``jobs`` workers
+at a time: with more than two, each backend's cases are shared among several); each worker imports
+sglang once, answers what this host is (versions, the GPU, the backend's own host checks), then
+runs its backend's cases in turn, each within ``timeout`` seconds and ``gpu_mib`` MiB of GPU
+allocations. A case that faults or runs past its time is ``crashed``: its worker is killed with
+its process group and a fresh one takes the rest. ``isolate`` gives every case a worker of its
+own. Nothing is left behind: the workers get the environment as a copy, each works in a temporary
+folder the parent made for it and removes when it ends, however it ended.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 from sglang_aiter_plugin.selftest.cases import CASES, KINDS, Case, by_name
 from sglang_aiter_plugin.selftest.child import MARK
 
-__all__ = ["FAILED", "Options", "Row", "Run", "selftest"]
+__all__ = ["FAILED", "Options", "Row", "Run", "device_problem", "selftest"]
 
 FAILED = ("wrong", "raised", "crashed")
 """Outcomes that fail a case (for ``aiter-ext``: the exit status)."""
+
+
+def device_problem(device: str) -> str | None:
+    """Why ``--device`` cannot be used: ``None`` for ``cuda``, ``cuda:N`` and the tests' ``cpu``."""
+    if re.fullmatch(r"cuda(:[0-9]+)?|cpu", device):
+        return None
+    return (f"--device {device!r} is not a device the self-test runs on: give cuda or cuda:N "
+            "(torch's names; HIP devices are called cuda too)")
 
 
 @dataclass(frozen=True)
@@ -38,6 +54,8 @@ class Options:
     timeout: float = 300.0
     jobs: int = 2
     gpu_mib: int = 4096
+    isolate: bool = False
+    """One worker per case instead of one per backend."""
 
 
 @dataclass
@@ -80,122 +98,185 @@ class Run:
         return "no aiter-ext case could run here: " + "; ".join(reasons)
 
 
-def selftest(options: Options) -> Run:
-    """Probe the host, then run the cases; never raises for what a child does."""
+CHILD = (sys.executable, "-m", "sglang_aiter_plugin.selftest.child")
+"""The worker's command line (the device follows)."""
+
+
+def selftest(options: Options, on_case: Callable[[Row], None] | None = None) -> Run:
+    """Run the cases (``on_case`` is called with each row as its last outcome comes in); never
+    raises for what a worker does."""
     started = time.monotonic()
     cases = by_name(list(options.only)) if options.only else list(CASES)
-    probe = _child({"probe": True, "device": options.device}, {}, options.timeout)
-    run = Run({} if "outcome" in probe else probe, [Row(c) for c in cases], options)
-    if "outcome" in probe:  # the probe itself crashed or timed out
-        run.problem = f"the host probe {probe['outcome']}: {probe['detail']}"
-    elif probe.get("problem"):
-        run.problem = f"aiter-ext cannot run here: {probe['problem']}"
-    else:
-        _run_cases(run)
+    run = Run({}, [Row(c) for c in cases], options)
+    _Cases(run, on_case or (lambda row: None)).run()
     run.seconds = time.monotonic() - started
     return run
 
 
-def _run_cases(run: Run) -> None:
-    options = run.options
-    pending: list[tuple[Row, str]] = []
-    for row in run.rows:
-        for kind in KINDS:
-            if row.case.needs_gpu and options.device == "cpu":
-                row.outcomes[kind] = _decided("skipped", "graph capture needs a GPU (--device "
-                                              "cpu runs the eager and metadata cases)")
+class _Cases:
+    """The cases of one run, shared among lanes (one backend's cases, one worker at a time)."""
+
+    def __init__(self, run: Run, on_case: Callable[[Row], None]) -> None:
+        self.run_, self.on_case = run, on_case
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.workers: set[_Worker] = set()
+
+    def run(self) -> None:
+        options = self.run_.options
+        pending: dict[str, list[Row]] = {kind: [] for kind in KINDS}
+        for row in self.run_.rows:
+            for kind in KINDS:
+                if row.case.needs_gpu and options.device == "cpu":
+                    self._done(row, kind, _decided(
+                        "skipped", "graph capture needs a GPU (--device cpu runs the eager and "
+                        "metadata cases)"), 0.0)
+                else:
+                    pending[kind].append(row)
+        per_kind = max(1, options.jobs // len(KINDS))
+        lanes = [(kind, rows[i::per_kind]) for kind, rows in pending.items()
+                 for i in range(per_kind) if rows[i::per_kind]]
+        try:
+            if not lanes:  # every case decided here: a worker still says what this host is
+                if (worker := self._start()) is not None:
+                    self._stop(worker)
+            with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+                for done in [pool.submit(self._lane, kind, rows) for kind, rows in lanes]:
+                    done.result()
+        finally:
+            self.stopping.set()
+            for worker in list(self.workers):
+                worker.close()
+
+    def _lane(self, kind: str, rows: list[Row]) -> None:
+        options = self.run_.options
+        worker: _Worker | None = None
+        try:
+            for row in rows:
+                if self.stopping.is_set():
+                    return
+                if worker is None:
+                    worker = self._start()
+                    if worker is None:
+                        return
+                begun = time.monotonic()
+                outcome = worker.run({"case": row.case.name, "kind": kind,
+                                      "unsafe": options.unsafe, "gpu_mib": options.gpu_mib,
+                                      "env": environment_for(row.case)}, options.timeout)
+                self._done(row, kind, outcome, time.monotonic() - begun)
+                if options.isolate or not worker.alive:
+                    self._stop(worker)
+                    worker = None
+        finally:
+            if worker is not None:
+                self._stop(worker)
+
+    def _start(self) -> _Worker | None:
+        """A fresh worker, once it has answered what this host is; ``None`` (and the run's
+        problem) when it cannot run cases here."""
+        options = self.run_.options
+        worker = _Worker(options.device)
+        with self.lock:
+            if self.stopping.is_set():
+                worker.close()
+                return None
+            self.workers.add(worker)
+        hello = worker.start(options.timeout)
+        problem: str | None = None
+        with self.lock:
+            if "outcome" in hello:  # it faulted or timed out before any case
+                problem = f"the host probe {hello['outcome']}: {hello['detail']}"
             else:
-                pending.append((row, kind))
-    for row, kind, outcome, seconds in _in_parallel(pending, options):
-        row.outcomes[kind] = outcome
-        row.seconds += seconds
-
-
-def _in_parallel(pending: list[tuple[Row, str]],
-                 options: Options) -> Iterator[tuple[Row, str, dict[str, Any], float]]:
-    """Run each (row, kind) in a child, at most ``options.jobs`` at once; yield as they end."""
-    from sglang_aiter_plugin.selftest.checks import environment_for
-
-    queue = list(pending)
-    running: list[tuple[Row, str, _Child]] = []
-    try:
-        while queue or running:
-            while queue and len(running) < max(1, options.jobs):
-                row, kind = queue.pop(0)
-                spec = {"case": row.case.name, "kind": kind, "device": options.device,
-                        "unsafe": options.unsafe, "gpu_mib": options.gpu_mib}
-                running.append((row, kind, _Child(spec, environment_for(row.case))))
-            time.sleep(0.05)
-            for item in list(running):
-                row, kind, child = item
-                outcome = child.poll(options.timeout)
-                if outcome is not None:
-                    running.remove(item)
-                    yield row, kind, outcome, child.seconds
-    finally:
-        for _, _, child in running:
-            child.kill()
-
-
-class _Child:
-    """One child process, in a process group of its own; its output goes to unnamed temporary
-    files (removed when closed), so that a talkative child never blocks on a full pipe."""
-
-    def __init__(self, spec: dict[str, Any], env: dict[str, str]) -> None:
-        self.started = time.monotonic()
-        self.seconds = 0.0
-        self.out = tempfile.TemporaryFile("w+")
-        self.err = tempfile.TemporaryFile("w+")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "sglang_aiter_plugin.selftest.child", json.dumps(spec)],
-            stdout=self.out, stderr=self.err, stdin=subprocess.DEVNULL, text=True,
-            env={**os.environ, **env}, start_new_session=True,
-        )
-
-    def poll(self, timeout: float) -> dict[str, Any] | None:
-        """The child's result once it has ended (``None`` while it runs); past ``timeout``
-        seconds it is killed and is ``crashed``."""
-        elapsed = time.monotonic() - self.started
-        if self.process.poll() is None and elapsed < timeout:
+                self.run_.host = self.run_.host or hello
+                problem = (f"aiter-ext cannot run here: {hello['problem']}"
+                           if hello.get("problem") else None)
+            if problem is not None:
+                self.run_.problem = self.run_.problem or problem
+                self.stopping.set()
+        if problem is not None:
+            self._stop(worker)
             return None
-        timed_out = self.process.poll() is None
-        self.kill()  # its process group too: nothing it started outlives it
-        self.seconds = time.monotonic() - self.started
-        if timed_out:
+        return worker
+
+    def _stop(self, worker: _Worker) -> None:
+        worker.close()
+        with self.lock:
+            self.workers.discard(worker)
+
+    def _done(self, row: Row, kind: str, outcome: dict[str, Any], seconds: float) -> None:
+        with self.lock:  # one line at a time
+            row.outcomes[kind] = outcome
+            row.seconds += seconds
+            if all(k in row.outcomes for k in KINDS):
+                self.on_case(row)
+
+
+class _Worker:
+    """One worker process (:mod:`.child`), in a process group of its own, working in a temporary
+    folder this process made for it. Its results come through a pipe that a thread drains (so a
+    talkative worker never blocks on it), its stderr goes to an unnamed temporary file."""
+
+    def __init__(self, device: str) -> None:
+        self.folder = tempfile.mkdtemp(prefix="sglang-aiter-selftest-")
+        self.err = tempfile.TemporaryFile("w+")
+        self.answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.alive = True
+        self.process = subprocess.Popen(
+            [*CHILD, device], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
+            text=True, env={**os.environ, "TMPDIR": self.folder}, start_new_session=True)
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith(MARK):
+                self.answers.put(json.loads(line[len(MARK):]))
+        self.answers.put(None)
+
+    def start(self, timeout: float) -> dict[str, Any]:
+        """What the worker says this host is, once sglang is imported."""
+        return self._answer(timeout)
+
+    def run(self, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """One case's result; ``crashed`` where the worker ended or ran past ``timeout`` seconds
+        first (the worker is then no longer :attr:`alive`)."""
+        try:
+            assert self.process.stdin is not None
+            self.process.stdin.write(json.dumps(spec) + "\n")
+            self.process.stdin.flush()
+        except OSError:  # it has already ended
+            pass
+        return self._answer(timeout)
+
+    def _answer(self, timeout: float) -> dict[str, Any]:
+        try:
+            answer = self.answers.get(timeout=timeout)
+        except queue.Empty:
+            self.close()
             return _decided("crashed", f"timed out after {timeout:.0f} s (--timeout)")
-        return _read(self._text(self.out), self._text(self.err), self.process.returncode)
+        if answer is not None:
+            return answer
+        self.close()
+        code = self.process.returncode
+        how = (f"killed by signal {signal.Signals(-code).name}" if code < 0
+               else f"exit status {code}")
+        self.err.seek(0)
+        return _decided("crashed", f"{how}: {_last_error_line(self.err.read())}")
 
-    @staticmethod
-    def _text(file: IO[str]) -> str:
-        file.seek(0)
-        text = file.read()
-        file.close()
-        return text
-
-    def kill(self) -> None:
+    def close(self) -> None:
+        """End the worker and everything it started; remove its folder."""
+        self.alive = False
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _child(spec: dict[str, Any], env: dict[str, str], timeout: float) -> dict[str, Any]:
-    """Run one child to its end (the host probe)."""
-    child = _Child(spec, env)
-    while (outcome := child.poll(timeout)) is None:
-        time.sleep(0.05)
-    return outcome
-
-
-def _read(out: str, err: str, returncode: int) -> dict[str, Any]:
-    for line in reversed(out.splitlines()):
-        if line.startswith(MARK):
-            result: dict[str, Any] = json.loads(line[len(MARK):])
-            return result
-    how = (f"killed by signal {signal.Signals(-returncode).name}" if returncode < 0
-           else f"exit status {returncode}")
-    return _decided("crashed", f"{how}: {_last_error_line(err)}")
+def environment_for(case: Case) -> dict[str, str]:
+    """The settings sglang reads for ``case`` when its backend is built."""
+    return {"SGLANG_USE_AITER_UNIFIED_ATTN": "1" if case.path == "unified" else "0"}
 
 
 def _last_error_line(stderr: str) -> str:

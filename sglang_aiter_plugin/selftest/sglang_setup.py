@@ -119,8 +119,9 @@ SCENARIOS = {
         ("--tp", "4", "--dp-size", "2", "--enable-dp-attention"),
         2,
     ),
-    "plain": Scenario("plain", (), (), 1),
 }
+"""The configurations the self-test's cases take: two-batch overlap (pads the graph sizes) and DP
+attention at attention-TP 2 (MLP sync pads the eager batches)."""
 
 
 @dataclass

@@ -16,7 +16,9 @@ What is installed is chosen by ``SGLANG_E2E_DOUBLES`` (comma-separated):
   (``sglang_aiter_plugin.backend``'s two questions return no problem);
 * ``fill-value``: sglang's attention backends get ``get_cpu_graph_seq_len_fill_value`` (the
   backend's CUDA-graph fill value, else 1 as sglang's AMX backend answers), which DP
-  attention's padding calls on CPU (0.5.23) and only sglang's AMX backends define.
+  attention's padding calls on CPU (0.5.23) and only sglang's AMX backends define;
+* ``short-buffer``: the ``aiter-ext`` buffer named by ``SGLANG_E2E_SHORT_BUFFER`` cut one batch
+  row short (:mod:`testkit.doubles.short_buffer`).
 
 On a CUDA GPU:
 
@@ -222,6 +224,10 @@ def install() -> None:
         _rocm_host()
     if "fill-value" in chosen:
         _fill_value()
+    if "short-buffer" in chosen:
+        from testkit.doubles import short_buffer
+
+        short_buffer.install()
     from testkit.doubles.aiter_kernels import record
 
     record(f"e2e doubles installed: {','.join(sorted(chosen)) or 'none'}")

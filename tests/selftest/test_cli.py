@@ -24,6 +24,7 @@ from sglang_aiter_plugin.selftest.cases import CASES
 from testkit.doubles import server_plugin
 from testkit.doubles.aiter_kernels import WRONG_SLOT_FLAG_VAR
 from testkit.doubles.aiter_triton import installed_tree
+from testkit.doubles.short_buffer import SHORT_BUFFER_VAR
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_CASES = [c for c in CASES if not c.needs_gpu]
@@ -56,6 +57,7 @@ def everything(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     assert done.stdout.strip(), done.stderr[-3000:]
     report: dict[str, Any] = json.loads(done.stdout)
     report["returncode"] = done.returncode
+    report["stderr"] = done.stderr
     return report
 
 
@@ -78,6 +80,19 @@ def test_every_case_but_graph_capture_runs_and_aiter_ext_passes(everything: dict
             assert row["aiter-ext"]["sizes"], row  # it ran batches, above P included
             assert max(row["aiter-ext"]["sizes"]) == 34, row  # P = 33, padded to 34
     assert everything["summary"].startswith("PASS: aiter-ext passed 5 of 5 cases that ran")
+
+
+@pytest.mark.slow
+@NEEDS_AITER
+def test_each_case_says_on_stderr_how_it_ended_as_it_ends(everything: dict[str, Any]) -> None:
+    """One line per case (the JSON on stdout is the report); in the order the cases ended."""
+    lines = [ln for ln in everything["stderr"].splitlines() if ln.startswith("[")]
+    total = len(CASES)
+    assert [ln.split("] ", 1)[0] for ln in lines] == [f"[{i}/{total}" for i in range(1, total + 1)]
+    for row in everything["cases"]:
+        (line,) = [ln for ln in lines if ln.split("] ", 1)[1].startswith(row["case"] + ":")]
+        assert f"upstream aiter {row['upstream']['outcome']}" in line
+        assert f"aiter-ext {row['aiter-ext']['outcome']}" in line
 
 
 @pytest.mark.slow
@@ -140,6 +155,26 @@ def test_a_kernel_reading_one_wrong_kv_slot_fails_aiter_ext_with_exit_status_1(
     assert "ragged-page1-eager: upstream raised; aiter-ext wrong" in paste
     assert "sglang " in paste
     assert "torch " in paste
+
+
+@pytest.mark.slow
+@NEEDS_AITER
+def test_aiter_ext_with_a_buffer_cut_one_row_short_fails_with_exit_status_1(
+        tmp_path: Path) -> None:
+    """aiter-ext's workspace one batch row short of aiter's layout: the kernel double does not
+    write it, so every row still compares right; the verdict fails the case all the same."""
+    done = selftest(tmp_path, "--json", "--only", "ragged-page1-eager",
+                    doubles="aiter,unified,rocm-host,short-buffer",
+                    env={SHORT_BUFFER_VAR: "workspace_buffer"})
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    data = json.loads(done.stdout)
+    assert data["exit_code"] == 1
+    ext = data["cases"][0]["aiter-ext"]
+    assert ext["outcome"] == "wrong", ext
+    assert ext["detail"].startswith("its own buffers are short: batch 34 writes workspace_buffer")
+    assert ext["sizes"] == [34]  # it ran to its end...
+    assert ext["max_err"] < 2e-2  # ...and the comparison could not see it
+    assert data["summary"].startswith("FAIL: aiter-ext passed 0 of 1 cases that ran")
 
 
 @pytest.mark.slow

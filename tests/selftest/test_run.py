@@ -7,13 +7,16 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sglang_aiter_plugin.selftest import report
+from sglang_aiter_plugin.selftest import run as run_module
 from sglang_aiter_plugin.selftest.cases import CASES, by_name
-from sglang_aiter_plugin.selftest.run import Options, Row, Run, _Child, _read
+from sglang_aiter_plugin.selftest.child import use_device
+from sglang_aiter_plugin.selftest.run import Options, Row, Run, device_problem, selftest
 
 HOST = {"plugin": "0.1.0", "sglang": "0.5.23", "torch": "2.9.0", "hip": "7.0", "cuda": None,
         "python": "3.12.3", "aiter": "0.1.7 (commit c16d44b93a52)", "aiter_from": "/opt/aiter",
@@ -81,25 +84,144 @@ def test_the_json_holds_what_the_table_shows() -> None:
         assert fact in host
 
 
-def test_a_child_killed_by_a_signal_is_crashed_with_its_last_words() -> None:
-    crashed = _read("", "Memory access fault by GPU node-2\n", -11)
-    assert crashed["outcome"] == "crashed"
-    assert crashed["detail"] == ("killed by signal SIGSEGV: Memory access fault by GPU "
-                                 "node-2")
-    assert _read("noise\n", "", 3)["detail"] == "exit status 3: no output"
+FAKE_WORKER = """
+import json, os, signal, sys, tempfile, time
+log = sys.argv[2]
+made = tempfile.mkdtemp()  # under the folder the parent made for this worker
+with open(log, "a") as f:
+    f.write(json.dumps({"pid": os.getpid(), "tmp": os.environ["TMPDIR"], "made": made}) + "\\n")
+print("noise on stdout")
+print("SELFTEST-RESULT " + json.dumps({"plugin": "0", "problem": os.environ.get("FAKE_PROBLEM")}),
+      flush=True)
+for line in sys.stdin:
+    spec = json.loads(line)
+    name = spec["case"]
+    if name == "ragged-page16-eager":
+        sys.stderr.write("Memory access fault by GPU node-2\\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if name == "unified-page1-eager":
+        time.sleep(60)
+    print("SELFTEST-RESULT " + json.dumps({
+        "outcome": "ok", "detail": f"pid {os.getpid()} {sys.argv[1]} "
+        f"{spec['env']['SGLANG_USE_AITER_UNIFIED_ATTN']}", "max_err": 0.0, "sizes": [1],
+        "held_back": [], "peak_gpu_mib": None}), flush=True)
+"""
+
+EAGER = ("ragged-page1-eager", "ragged-page16-eager", "unified-page1-eager", "mla-eager")
 
 
-@pytest.mark.slow
-def test_a_child_past_its_timeout_is_killed_with_its_process_group() -> None:
+def fake_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *only: str,
+             **options: Any) -> tuple[Run, list[dict[str, Any]], list[str]]:
+    """``selftest`` with workers that speak the worker's protocol without sglang: the page-16 case
+    faults, the unified one hangs; the others answer with the worker's pid."""
+    script, log = tmp_path / "worker.py", tmp_path / "workers.log"
+    script.write_text(FAKE_WORKER.replace("sys.argv[2]", repr(str(log))))
+    monkeypatch.setattr(run_module, "CHILD", (sys.executable, str(script)))
+    ended: list[str] = []
+    run = selftest(Options(device="cpu", only=only, timeout=options.pop("timeout", 5.0),
+                           **options), on_case=lambda row: ended.append(row.case.name))
+    workers = [json.loads(line) for line in log.read_text().splitlines()]
+    return run, workers, ended
+
+
+def test_a_worker_runs_its_backends_cases_in_turn_and_a_fault_ends_only_that_case(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run, workers, ended = fake_run(tmp_path, monkeypatch, "ragged-page1-eager",
+                                   "ragged-page16-eager", "mla-eager")
+    rows = {r.case.name: r.outcomes for r in run.rows}
+    for kind in ("upstream", "aiter-ext"):
+        crashed = rows["ragged-page16-eager"][kind]
+        assert crashed["outcome"] == "crashed"
+        assert crashed["detail"] == "killed by signal SIGSEGV: Memory access fault by GPU node-2"
+        first, after = rows["ragged-page1-eager"][kind], rows["mla-eager"][kind]
+        assert first["outcome"] == after["outcome"] == "ok"
+        assert first["detail"].split()[:2] != after["detail"].split()[:2]  # a fresh worker
+    # two workers at first (one per backend), two more after the faults: four imports, not six
+    assert len(workers) == 4
+    assert run.exit_code == 1
+    assert run.host == {"plugin": "0", "problem": None}
+    assert sorted(ended) == sorted(rows)  # every case reported once, as it ended
+    for worker in workers:  # the parent removed each worker's folder, faulted or not
+        assert Path(worker["tmp"]).name.startswith("sglang-aiter-selftest-")
+        assert Path(worker["made"]).is_relative_to(worker["tmp"])
+        assert not Path(worker["tmp"]).exists()
+
+
+def test_a_case_past_its_timeout_is_crashed_its_process_group_killed_and_its_folder_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started = time.monotonic()
-    child = _Child({"probe": True, "device": "cpu"}, {})
-    while (probe := child.poll(timeout=0.3)) is None:
-        time.sleep(0.01)
-    assert probe["outcome"] == "crashed"
-    assert probe["detail"] == "timed out after 0 s (--timeout)"
-    assert time.monotonic() - started < 5  # killed, not waited for
-    with pytest.raises(ProcessLookupError):  # the whole group is gone
-        os.killpg(child.process.pid, 0)
+    run, workers, _ = fake_run(tmp_path, monkeypatch, "unified-page1-eager", "mla-eager",
+                               timeout=2.0)
+    assert time.monotonic() - started < 20  # killed, not waited for
+    rows = {r.case.name: r.outcomes for r in run.rows}
+    for kind in ("upstream", "aiter-ext"):
+        assert rows["unified-page1-eager"][kind]["outcome"] == "crashed"
+        assert rows["unified-page1-eager"][kind]["detail"] == "timed out after 2 s (--timeout)"
+        assert rows["mla-eager"][kind]["outcome"] == "ok"
+        assert rows["mla-eager"][kind]["detail"].endswith(" 0")  # its own settings
+    for worker in workers:
+        with pytest.raises(ProcessLookupError):  # the whole group is gone
+            os.killpg(worker["pid"], 0)
+        assert not Path(worker["tmp"]).exists()
+
+
+def test_isolate_gives_every_case_a_worker_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run, workers, _ = fake_run(tmp_path, monkeypatch, "ragged-page1-eager", "mla-eager",
+                               isolate=True)
+    assert len(workers) == 4
+    pids = {r.outcomes[k]["detail"].split()[1] for r in run.rows for k in r.outcomes}
+    assert len(pids) == 4
+    assert run.exit_code == 0
+
+
+def test_a_host_problem_stops_the_run_before_any_case(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_PROBLEM", "this torch is not a ROCm build")
+    run, _, ended = fake_run(tmp_path, monkeypatch, *EAGER)
+    assert run.problem == "aiter-ext cannot run here: this torch is not a ROCm build"
+    assert run.exit_code == 2
+    assert ended == []
+    assert all(not r.outcomes for r in run.rows)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", "cuda:7", "cpu"])
+def test_the_devices_the_selftest_runs_on(device: str) -> None:
+    assert device_problem(device) is None
+
+
+@pytest.mark.parametrize("device", ["rocm", "cuda:", "cuda:x", "hip:0", "gpu", "CUDA", "cuda:1 "])
+def test_any_other_device_is_refused_naming_the_way_out(
+        device: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from sglang_aiter_plugin.cli import main
+
+    assert main(["selftest", "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert f"--device {device!r} is not a device the self-test runs on: give cuda or cuda:N" in err
+
+
+def test_the_help_says_cpu_is_for_the_tests_only(capsys: pytest.CaptureFixture[str]) -> None:
+    from sglang_aiter_plugin.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["selftest", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "cpu is for the plugin's own tests only" in text
+    assert "--isolate" in text
+
+
+def test_cuda_n_becomes_the_workers_current_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    chosen: list[int] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    use_device("cuda:1")
+    use_device("cuda")
+    use_device("cpu")
+    assert chosen == [1]
 
 
 def test_importing_the_selftest_imports_neither_torch_nor_sglang() -> None:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any, cast
 
 from sglang_aiter_plugin.selftest.cases import CASES, KINDS, Case, by_name
 from sglang_aiter_plugin.selftest.child import MARK
@@ -224,11 +224,13 @@ class _Worker:
         self.process = subprocess.Popen(
             [*CHILD, device], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
             text=True, env={**os.environ, "TMPDIR": self.folder}, start_new_session=True)
+        # both pipes exist: Popen was asked for them
+        self._stdin, self._stdout = cast(IO[str], self.process.stdin), cast(IO[str],
+                                                                            self.process.stdout)
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
+        for line in self._stdout:
             if line.startswith(MARK):
                 self.answers.put(json.loads(line[len(MARK):]))
         self.answers.put(None)
@@ -241,9 +243,8 @@ class _Worker:
         """One case's result; ``crashed`` where the worker ended or ran past ``timeout`` seconds
         first (the worker is then no longer :attr:`alive`)."""
         try:
-            assert self.process.stdin is not None
-            self.process.stdin.write(json.dumps(spec) + "\n")
-            self.process.stdin.flush()
+            self._stdin.write(json.dumps(spec) + "\n")
+            self._stdin.flush()
         except OSError:  # it has already ended
             pass
         return self._answer(timeout)

@@ -243,15 +243,26 @@ def _communicator_readers(report: Report, root: str | None = None) -> None:
 
 def _graph_set_up(report: Report) -> None:
     """One row per defect of upstream's AITER backend on the installed release (the ledger, as
-    measured). What ``aiter-ext``'s graph set-up does about each is decided in a launch's
-    schedulers, never in this process: the launch logs it."""
+    measured; for ``mla-split-table``, what the installed aiter's MLA decode does). What
+    ``aiter-ext``'s graph set-up does about each is decided in a launch's schedulers, never in
+    this process: the launch logs it."""
     from sglang_aiter_plugin._sglang import installed_sglang_version
+    from sglang_aiter_plugin._status import FixState
+    from sglang_aiter_plugin.backend import split_tables
     from sglang_aiter_plugin.backend.defects import defects_on
 
     version = installed_sglang_version()
     if version is None:
         return
     for defect in defects_on(version):
+        if defect.name == split_tables.PATCH:  # decided by the installed aiter's MLA decode
+            from sglang.srt.layers.attention.aiter_backend import AiterAttnBackend
+
+            state, detail = split_tables.decide(split_tables.kernel_of(AiterAttnBackend))
+            report.add(f"graph set-up {defect.name}", WARN if state is FixState.FAILED else INFO,
+                       f"{defect.summary}; the installed aiter: {state.value} ({detail}); a "
+                       "launch's graph set-up of an MLA model logs what it did")
+            continue
         report.add(f"graph set-up {defect.name}", INFO, f"upstream aiter on sglang {version}: "
                    f"{defect.summary} (as measured); aiter-ext answers it, and a launch's "
                    "graph set-up logs what it did")

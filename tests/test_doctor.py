@@ -92,7 +92,9 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
     named = [n.removeprefix("graph set-up ") for n in checks if n.startswith("graph set-up ")]
     assert "unified-page-table" in named
     assert all(checks[f"graph set-up {n}"]["summary"].endswith(  # what a launch will log
-        "aiter-ext answers it, and a launch's graph set-up logs what it did") for n in named)
+        "aiter-ext answers it, and a launch's graph set-up logs what it did")
+        for n in named if n != "mla-split-table")
+    assert "mla-split-table" in named  # decided by the installed aiter: see the test below
     assert ("kv-indices-per-page" in named) == (sglang_version < Version("0.5.13"))
 
 
@@ -467,3 +469,28 @@ def test_a_retired_fix_name_is_noted_once_in_the_switches_rows_and_fails_nothing
         assert [c.level for c in rows] == ["ok"]
         assert noted.summary.startswith("plugin on; disabled fixes: none; batch bounds check: off")
         assert report.exit_code == 0
+
+
+@pytest.mark.parametrize(("bound", "level", "says"), [
+    (True, "info", "the installed aiter: applied (aiter's get_meta_param caches at most 128"),
+    (False, "info", "the installed aiter: skipped (sglang's aiter backend has no mla_decode_fwd"),
+], ids=["aiter-mla-decode", "no-aiter"])
+def test_the_split_table_row_says_what_the_installed_aiters_mla_decode_does(
+    bound: bool, level: str, says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mla-split-table`` is aiter's defect: the row reads the ``mla_decode_fwd`` sglang's
+    backend module binds (the double of aiter's cached split table where aiter imports)."""
+    from sglang.srt.layers.attention import aiter_backend
+
+    from testkit.doubles import aiter_mla
+
+    if bound:
+        monkeypatch.setattr(aiter_backend, "mla_decode_fwd", aiter_mla.mla_decode_fwd,
+                            raising=False)
+    else:
+        monkeypatch.delattr(aiter_backend, "mla_decode_fwd", raising=False)
+    report = _doctor.Report()
+    _doctor._graph_set_up(report)
+    (row,) = [c for c in report.checks if c.name == "graph set-up mla-split-table"]
+    assert row.level == level
+    assert says in row.summary, row.summary

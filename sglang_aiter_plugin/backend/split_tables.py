@@ -27,7 +27,7 @@ from sglang_aiter_plugin._rebind import looks_up, rebound
 from sglang_aiter_plugin._status import FixState, FixStatus
 
 __all__ = ["KERNEL", "LOOKUP", "PATCH", "SplitTableKeeper", "callers", "decide",
-           "keep_split_tables"]
+           "keep_split_tables", "kernel_of"]
 
 PATCH = "mla-split-table"
 KERNEL = "mla_decode_fwd"
@@ -98,12 +98,19 @@ def decide(kernel: Any) -> tuple[FixState, str]:
         "(aiter#4587): aiter-ext holds each table its graphs read for as long as it holds them")
 
 
+def kernel_of(cls: type) -> Any:
+    """The ``mla_decode_fwd`` that ``cls``'s methods call (``None`` where none does, or where
+    aiter's MLA decode did not import into sglang's module)."""
+    methods = callers(cls)
+    return next(iter(methods.values())).__globals__.get(KERNEL) if methods else None
+
+
 def keep_split_tables(backend: Any) -> FixStatus:
     """Decide for ``backend`` (an MLA ``AiterAttnBackend``) and, where aiter can free a table its
     graphs read, give it copies of its methods that call aiter's MLA decode through a
     :class:`SplitTableKeeper` (``backend.split_tables``). Idempotent."""
     methods = callers(type(backend))
-    kernel = next(iter(methods.values())).__globals__.get(KERNEL) if methods else None
+    kernel = kernel_of(type(backend))
     state, detail = decide(kernel)
     if state is FixState.APPLIED and getattr(backend, "split_tables", None) is None:
         keeper = SplitTableKeeper(kernel)

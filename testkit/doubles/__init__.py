@@ -16,6 +16,12 @@ DOUBLES: dict[str, str] = {
     "aiter_kernels": "the ROCm aiter package inside a real server: torch reference decode and "
     "extend kernels with aiter's per-row contract (or aiter's real Triton unified_attention), "
     "every other name refusing",
+    "aiter_mla": "aiter's mla.py memory contract on CPU: the lru_cache of split tables that frees "
+    "an evicted table, the split-KV stages, and a captured graph that reads the table without "
+    "owning it",
+    "aiter_mla_gpu": "the ROCm side of aiter's mla.py on a CUDA GPU, so that aiter's own file runs "
+    "(its split-table cache and Triton stage 2): a capture-safe torch stage 1 for the HIP "
+    "assembly, an MI300X's host answers",
     "aiter_triton": "the ROCm side of aiter's package, so that aiter's real Triton "
     "unified_attention loads without ROCm (stub parent packages, a HIP target while aiter's "
     "arch detection imports)",
@@ -24,8 +30,12 @@ DOUBLES: dict[str, str] = {
     "it is asked (CPU)",
     "future_collectives": "collective methods as a future sglang might write them (honouring "
     "every switch, with a changed signature, or calling aiter's further fused collectives)",
+    "mhc_kernel": "the JIT HIP kernel behind sglang's all_reduce_mhc_post and the aiter modules "
+    "its file imports (recording each launch)",
     "reducing_communicator": "aiter's communicator doing real collectives on the stream (GPU)",
     "rocm_platform": "the ROCm host itself (sglang's platform answers, not torch's)",
+    "short_buffer": "a regression in aiter-ext's own buffers: one buffer cut a batch row short "
+    "(the self-test's cut-buffer case)",
     "server_plugin": "a test-only sglang plugin installing the server doubles in every process "
     "a real server starts (aiter kernels, the plugin's ROCm host answer, sglang's missing CPU "
     "fill value; on a GPU the dual-GEMM import stand-in, the graph-replay recorder and the "

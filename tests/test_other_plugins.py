@@ -40,8 +40,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _env(site: dict[str, Path], order: str, **extra: str) -> dict[str, str]:
-    path = [str(site[name]) for name in ORDERS[order]]
-    return {"PYTHONPATH": os.pathsep.join([*path, str(ROOT)]),
+    path = [str(site[name]) for name in ORDERS[order]]  # before the release under test's
+    rest = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    return {"PYTHONPATH": os.pathsep.join(dict.fromkeys([*path, *filter(None, rest),
+                                                          str(ROOT)])),
             "SGLANG_AITER_CAPTURE_COPY_IN": "1", **extra}
 
 

@@ -43,7 +43,7 @@ BACKEND_FIX = f"{PACKAGE}.fixes.attention_backend.fix"
 #: ``package`` check imports each, so a copy missing one, or one that does not import, fails.
 MODULES = (
     "", "__main__", "_doctor", "_errors", "_ledger", "_log", "_patch", "_post_import", "_rebind",
-    "_registration", "_releases", "_sglang", "_status", "_switches", "backend",
+    "_other_plugins", "_registration", "_releases", "_sglang", "_status", "_switches", "backend",
     "backend.bounds_check", "backend.buffers", "backend.capacity", "backend.classes",
     "backend.defects", "backend.graph_metadata", "backend.graph_state", "backend.page_table",
     "backend.pool", "backend.split_tables", "backend.widths", "cli", "fixes",
@@ -118,12 +118,14 @@ def collect(selected_backend: str | None = None) -> Report:
         report.run("switches", _check_switches)
         report.run("package", _check_package, False)  # what is there, whatever else failed
         return report
-    loaded = report.run("discovery", _check_discovery, discovery)
+    answers: dict[str, Any] = {}  # the fresh interpreter's answers, discovery's and the rest
+    loaded = report.run("discovery", _check_discovery, discovery, answers)
     fixes = report.run("fixes", _check_fixes)
     if selected_backend is not None and fixes is not None:
         report.run("selection", _check_selection, selected_backend, bool(loaded), *fixes)
     report.run("collectives", _communicator_calls)
     report.run("collective readers", _communicator_readers)
+    report.run("other plugins", _other_plugins, answers)
     report.run("package", _check_package)  # last: it imports what a launch imports later
     report.run("graph set-up", _graph_set_up)
     report.run("naming", _naming)
@@ -239,6 +241,24 @@ def _communicator_readers(report: Report, root: str | None = None) -> None:
     if not unknown:
         report.add("collective readers", OK, f"all {len(readers)} functions outside "
                    "GroupCoordinator that reach aiter's communicator are known to the plugin")
+
+
+def _other_plugins(report: Report, answers: dict[str, Any]) -> None:
+    """Each other plugin of sglang's group that wraps what the plugin wraps (or the decode graph
+    runner's capture), as the discovery probe's run of sglang's loader found them."""
+    from sglang_aiter_plugin._errors import shorten
+    from sglang_aiter_plugin._other_plugins import summaries
+
+    if "wrappers" not in answers:
+        why = answers.get("wrappers_error") or "sglang's loader did not finish (see discovery)"
+        report.add("other plugins", INFO, "doctor could not tell which other plugins wrap what "
+                   f"the plugin wraps: {shorten(why, 300, quoted=False)}")
+        return
+    warnings, ok = summaries(answers["wrappers"], os.environ.get("SGLANG_PLUGINS") or None)
+    for warning in warnings:
+        report.add("other plugins", WARN, warning)
+    if not warnings:
+        report.add("other plugins", OK, ok)
 
 
 def _graph_set_up(report: Report) -> None:
@@ -357,7 +377,13 @@ _DISCOVERY_PROBE = textwrap.dedent("""
             from sglang_aiter_plugin._registration import last_statuses
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-    print(json.dumps({"found": sorted(eps), "loaded": sorted(loaded), "error": error}))
+    print(json.dumps({"found": sorted(eps), "loaded": sorted(loaded), "error": error}),
+          flush=True)
+    try:  # then the loader once more, as a launch runs it: who wraps what the plugin wraps
+        from sglang_aiter_plugin._other_plugins import observe
+        print(json.dumps({"wrappers": observe(plugins)}))
+    except BaseException as exc:
+        print(json.dumps({"wrappers_error": f"{type(exc).__name__}: {exc}"}))
     """)
 
 
@@ -378,8 +404,21 @@ def _failure_cause(stderr: str) -> str:
     return f"sglang's plugin loader failed: {shorten(last, 300)}"
 
 
-def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> bool:
-    """Ask sglang's own loader, in a fresh interpreter with this environment, what it loads."""
+def _answers(out: str) -> dict[str, Any]:
+    """The fresh interpreter's JSON lines, merged (what it printed besides them is ignored)."""
+    merged: dict[str, Any] = {}
+    for line in out.strip().splitlines():
+        with contextlib.suppress(ValueError):
+            answer = json.loads(line)
+            if isinstance(answer, dict):
+                merged.update(answer)
+    return merged
+
+
+def _check_discovery(report: Report, proc: subprocess.Popen[str],
+                     answers: dict[str, Any] | None = None) -> bool:
+    """Ask sglang's own loader, in a fresh interpreter with this environment, what it loads
+    (``answers``: filled with all the interpreter answered)."""
     from sglang_aiter_plugin._errors import shorten
 
     try:
@@ -389,9 +428,10 @@ def _check_discovery(report: Report, proc: subprocess.Popen[str]) -> bool:
         proc.communicate()
         report.add("discovery", FAIL, "sglang's plugin loader did not finish within 300 s")
         return False
-    try:
-        result = json.loads(out.strip().splitlines()[-1])
-    except (IndexError, ValueError):
+    result = _answers(out)
+    if answers is not None:
+        answers.update(result)
+    if "found" not in result:
         report.add("discovery", FAIL, _failure_cause(err))
         return False
     if ENTRY_POINT_NAME in result["loaded"] and result["error"]:

@@ -86,6 +86,10 @@ def test_json_reports_every_probe(default_json: dict[str, Any], sglang_version: 
         f"fix {BACKEND}", *(f"fix {fix}" for fix in fixes)]
     assert checks["switches"]["summary"].endswith("batch bounds check: off")
     assert checks["collectives"]["level"] == "ok"  # the canary: every call known
+    # sglang's loader ran in the fresh interpreter: no other plugin wraps what the plugin wraps
+    assert checks["other plugins"]["level"] == "ok"
+    assert checks["other plugins"]["summary"].startswith(
+        "no other plugin of sglang.srt.plugins wraps what the plugin wraps (")
     assert checks["package"]["summary"] == (
         f"all {len(_doctor.MODULES)} modules import, from {ROOT / 'sglang_aiter_plugin'}")
     # which of upstream's defects this release has: the graph-buffer width ones only before 0.5.13

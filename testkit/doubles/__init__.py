@@ -25,6 +25,9 @@ DOUBLES: dict[str, str] = {
     "aiter_triton": "the ROCm side of aiter's package, so that aiter's real Triton "
     "unified_attention loads without ROCm (stub parent packages, a HIP target while aiter's "
     "arch detection imports)",
+    "atom_plugin": "ROCm/ATOM's sglang plugin on the symbols the plugin wraps (GroupCoordinator."
+    "graph_capture entering aiter's own group's capture, the decode per-shape capture), as a "
+    "test-only entry-point plugin beside a ROCm-host one",
     "bare_model_runner": "a model runner that carries only its server arguments",
     "communicator": "aiter's custom all-reduce communicator (ROCm/aiter e4048607), recording what "
     "it is asked (CPU)",

@@ -97,3 +97,26 @@ def rocm_host() -> Iterator[None]:
         yield
     finally:
         _availability.host_problem = original
+
+
+
+def for_the_plugin() -> None:
+    """The plugin's collective fixes decide as on ROCm for the rest of the process, sglang's own
+    later imports as on this host (as a test-only sglang plugin's entry point, which sglang's
+    loader calls before the plugin's: :func:`testkit.doubles.atom_plugin.site_dirs`).
+    sglang's ``parallel_state`` is imported under :func:`simulated_rocm`, and sglang's
+    ``utils.is_hip`` then answers yes to the plugin's code only: a module that sglang's model
+    code imports later (its quantization kernels ask the GPU's architecture at import) sees a
+    CPU host."""
+    import importlib
+
+    with simulated_rocm():
+        importlib.import_module("sglang.srt.distributed.parallel_state")
+    utils = importlib.import_module("sglang.srt.utils")
+    real = utils.is_hip
+
+    def is_hip() -> bool:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        return True if caller.startswith("sglang_aiter_plugin") else bool(real())
+
+    setattr(utils, "is_hip", is_hip)  # noqa: B010  (the name the plugin's fixes look up)

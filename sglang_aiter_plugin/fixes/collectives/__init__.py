@@ -59,7 +59,10 @@ ALL_REDUCE = AllReduceFix(
             "off to every reader, put back after: DeepSeek-V4.1's fused all-reduce + hc_post "
             "(sglang 0.5.22+, chosen per layer by `_make_mhc_fusion` on gfx95 with TP 4 while "
             "the flag is on, and run straight on aiter's communicator) then takes the all-reduce "
-            "above instead; eager steps and groups under no condition keep the fused path.",
+            "above instead; eager steps and groups under no condition keep the fused path. "
+            "Another plugin wrapping `graph_capture` too (ROCm/ATOM, for its models) leaves "
+            "that scope in force for the capture's body, whichever wrapper is outermost; "
+            "`doctor`'s `other plugins` row names such a plugin and the nesting.",
         upstream="sgl-project/sglang#36088 (open: registration during capture off for DP "
                  "attention with the `dsa` decode backend, in sglang's communicator dispatch; the "
                  "wrapper then finds the flag off and leaves the capture to sglang) and sgl-"

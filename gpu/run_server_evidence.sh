@@ -5,7 +5,8 @@
 #
 # Runs from the repository root, with the wheels of gpu/README.md in .whl/ (sglang, the sgl_kernel
 # import stub, the import set and the HTTP server's packages, and this plugin's own wheel), and
-# aiter's Triton tree in .gpu-carry/aiter-git (AITER_ORIGIN inside). SGLANG_SITE: an sglang
+# aiter's Triton tree in .gpu-carry/aiter-git (AITER_ORIGIN inside), and for the MLA servers
+# aiter's mla.py in .gpu-carry/aiter-e4048607 (or SGLANG_E2E_AITER_MLA_TREE). SGLANG_SITE: an sglang
 # already installed (a folder for PYTHONPATH) instead of .whl/'s; LABEL: the name of this run's
 # output folder under $OUT. Writes $OUT/$LABEL/{pytest.log,runs.json,servers.tgz}.
 set -u
@@ -22,6 +23,10 @@ fi
 export PYTHONPATH=$SGLANG_SITE:$here PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache-servers}
 export SGLANG_E2E_AITER_TREE=${SGLANG_E2E_AITER_TREE:-$here/.gpu-carry/aiter-git}
+# aiter's own aiter/mla.py for the MLA servers (tests/e2e/gpu/test_mla.py skips without it)
+if [[ -z ${SGLANG_E2E_AITER_MLA_TREE:-} && -f $here/.gpu-carry/aiter-e4048607/aiter/mla.py ]]; then
+  export SGLANG_E2E_AITER_MLA_TREE=$here/.gpu-carry/aiter-e4048607
+fi
 export SGLANG_GPU_E2E_OUT=$out/e2e
 {
   date -u '+%Y-%m-%d %H:%M:%S UTC'

@@ -51,6 +51,7 @@ SGL_KERNEL_STUB_DIR = ROOT / "gpu" / "wheelhouse"
 READY_TIMEOUT_S = 300.0
 REQUEST_TIMEOUT_S = 300.0
 STOP_GRACE_S = 20.0
+FLUSH_WAIT_S = 60.0
 CHILD_FAILED = "SIGQUIT received"
 """What sglang's launcher logs when one of its processes failed."""
 
@@ -242,6 +243,21 @@ class Server:
                                int(meta.get("cached_tokens", 0))))
         return outs
 
+    def flush_cache(self) -> None:
+        """sglang's ``/flush_cache`` (what benchmarks call between runs): the radix cache and the
+        pools emptied, and on a GPU ``torch.cuda.empty_cache()``, which hands the allocator's free
+        segments back to the driver. sglang flushes only when idle: it waits for that up to
+        :data:`FLUSH_WAIT_S`. Raise :class:`ServerFailed` unless sglang says it flushed."""
+        req = urllib.request.Request(f"{self.url}/flush_cache?timeout={FLUSH_WAIT_S:g}",
+                                     data=b"", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as r:
+                said = r.read().decode(errors="replace")
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            raise self.fail(f"POST /flush_cache failed: {exc}") from exc
+        if not said.startswith("Cache flushed"):
+            raise self.fail(f"POST /flush_cache: {said.strip()}")
+
     def stop(self) -> None:
         """End the tree by its own PIDs: SIGKILL to the launcher's process group and to every
         process seen in the tree (its answers are already collected; sglang's own SIGTERM path
@@ -337,6 +353,7 @@ def launch(model: Path, backend: str, work: Path, *, doubles: str = "aiter,rocm-
         server_plugin.DOUBLES_VAR: doubles,
         aiter_kernels.RECORD_DIR_VAR: str(record_dir),
         aiter_kernels.WRONG_SLOT_FLAG_VAR: str(work / "wrong-kv-slot"),
+        aiter_kernels.WRONG_MLA_SLOT_FLAG_VAR: str(work / "wrong-kv-slot"),
         "PYTHONUNBUFFERED": "1",
     })
     if platform.device == "cpu":

@@ -14,14 +14,12 @@ DOUBLES: dict[str, str] = {
     "aiter_gpu_kernels": "aiter's compiled decode and extend kernels on a CUDA GPU: capture-safe "
     "Triton references with aiter's per-row memory contract",
     "aiter_kernels": "the ROCm aiter package inside a real server: torch reference decode and "
-    "extend kernels with aiter's per-row contract (or aiter's real Triton unified_attention), "
-    "every other name refusing",
-    "aiter_mla": "aiter's mla.py memory contract on CPU: the lru_cache of split tables that frees "
-    "an evicted table, the split-KV stages, and a captured graph that reads the table without "
-    "owning it",
-    "aiter_mla_gpu": "the ROCm side of aiter's mla.py on a CUDA GPU, so that aiter's own file runs "
-    "(its split-table cache and Triton stage 2): a capture-safe torch stage 1 for the HIP "
-    "assembly, an MI300X's host answers",
+    "extend kernels with aiter's per-row contract, paged and (on CPU) MLA (or aiter's real "
+    "Triton unified_attention), every other name refusing",
+    "aiter_mla": "aiter's mla.py memory contract on CPU: the lru-cached split table that frees "
+    "on eviction, the two stages, a captured graph reading the table without owning it",
+    "aiter_mla_gpu": "aiter's own mla.py loaded on a CUDA GPU, its HIP assembly stage 1 a "
+    "capture-safe torch double (and the ROCm host answers mla.py imports)",
     "aiter_triton": "the ROCm side of aiter's package, so that aiter's real Triton "
     "unified_attention loads without ROCm (stub parent packages, a HIP target while aiter's "
     "arch detection imports)",
@@ -34,13 +32,13 @@ DOUBLES: dict[str, str] = {
     "future_collectives": "collective methods as a future sglang might write them (honouring "
     "every switch, with a changed signature, or calling aiter's further fused collectives)",
     "mhc_kernel": "the JIT HIP kernel behind sglang's all_reduce_mhc_post and the aiter modules "
-    "its file imports (recording each launch)",
+    "its file imports, recording each launch",
     "reducing_communicator": "aiter's communicator doing real collectives on the stream (GPU)",
     "rocm_platform": "the ROCm host itself (sglang's platform answers, not torch's)",
-    "short_buffer": "a regression in aiter-ext's own buffers: one buffer cut a batch row short "
-    "(the self-test's cut-buffer case)",
     "server_plugin": "a test-only sglang plugin installing the server doubles in every process "
     "a real server starts (aiter kernels, the plugin's ROCm host answer, sglang's missing CPU "
-    "fill value; on a GPU the dual-GEMM import stand-in, the graph-replay recorder and the "
-    "sgl_kernel stub's version metadata)",
+    "fill value; on a GPU aiter's own mla.py, the dual-GEMM import stand-in, the graph-replay "
+    "recorder and the sgl_kernel stub's version metadata)",
+    "short_buffer": "a regression in aiter-ext's own buffers: one named buffer cut one batch "
+    "row short of its pool's capacity",
 }

@@ -11,22 +11,29 @@ real package cannot import, so :func:`install` puts a stand-in package in ``sys.
   ``kv_last_page_lens[s]``, for
   ``query.size(0)`` rows; extend row block ``b`` reads ``cu_seqlens_q[b:b + 2]`` and
   ``kv_indptr[b:b + 2]``, causally;
-* ``mla_decode_fwd`` (MLA decode, on CPU only): the same torch attention over the latent KV with
-  aiter's per-row contract (:func:`mla_decode_fwd`);
+* ``mla_decode_fwd`` (MLA decode) and ``flash_attn_varlen_func`` (an MLA model's extend, as
+  multi-head attention), on CPU only: the same torch attention over the latent KV with aiter's
+  per-row contract (:func:`mla_decode_fwd`), and over ragged keys and values
+  (:func:`flash_attn_varlen_func`);
 * ``unified_attention``: aiter's real Triton kernel (:mod:`testkit.doubles.aiter_triton`, under
   Triton's interpreter) when ``unified`` is asked for; otherwise a stand-in that refuses;
 * every other name (and any ``aiter.*`` submodule) a callable that raises, naming itself.
 
 On a CUDA GPU (``on_gpu``) the decode and extend kernels are the capture-safe Triton references
 of :mod:`testkit.doubles.aiter_gpu_kernels` (same contract, no host reads of device values), so
-sglang's decode CUDA graphs capture them.
+sglang's decode CUDA graphs capture them; ``flash_attn_varlen_func`` stays the torch double (an
+MLA model's extend, never captured: prefill graphs are off), and the MLA decode is aiter's own
+``mla.py`` where the server plugin loads it (``mla``: :func:`recording_mla_stage1`).
 
 Observation, for the tests: each process appends one line to ``<record dir>/<pid>.log`` the first
-time the decode kernel sees a batch of a given number of rows (``paged_attention_ragged rows=4``).
+time a decode kernel sees a batch of a given number of rows (``paged_attention_ragged rows=4``,
+``mla_decode_fwd rows=4``).
 
 The control: while the file named by :data:`WRONG_SLOT_FLAG_VAR` exists, the decode kernel
 reads the second KV slot of each sequence in place of its first (one wrong slot), so its output
-must differ from a correct backend's. On the GPU the kernel reads a device flag, which
+must differ from a correct backend's. The MLA decode (on CPU) does the same while the file named
+by :data:`WRONG_MLA_SLOT_FLAG_VAR` exists (a flag of its own: a self-test run under the first
+flag still expects its MLA cases right). On the GPU the kernel reads a device flag, which
 :func:`refresh_control` sets from the file (at each eager call, and before each graph replay
 where the server's replay recorder calls it), so captured graphs follow the control too.
 """
@@ -43,15 +50,19 @@ from typing import Any
 
 import torch
 
-__all__ = ["RECORD_DIR_VAR", "WRONG_SLOT_FLAG_VAR", "install", "mha_batch_prefill_func",
-           "mla_decode_fwd", "paged_attention_ragged", "record", "recording_unified",
+__all__ = ["RECORD_DIR_VAR", "WRONG_MLA_SLOT_FLAG_VAR", "WRONG_SLOT_FLAG_VAR",
+           "flash_attn_varlen_func", "install", "mha_batch_prefill_func", "mla_decode_fwd",
+           "paged_attention_ragged", "record", "recording_mla_stage1", "recording_unified",
            "refresh_control"]
 
 WRONG_SLOT_FLAG_VAR = "SGLANG_E2E_WRONG_KV_SLOT_FLAG"
 """A path: while a file exists there, the decode kernel reads one wrong KV slot (the control)."""
+WRONG_MLA_SLOT_FLAG_VAR = "SGLANG_E2E_WRONG_MLA_KV_SLOT_FLAG"
+"""The same for the MLA decode (CPU)."""
 RECORD_DIR_VAR = "SGLANG_E2E_RECORD_DIR"
 
 _rows_seen: set[int] = set()
+_mla_rows_seen: set[int] = set()
 
 
 def record(line: str) -> None:
@@ -121,8 +132,8 @@ def _slots(pages: torch.Tensor, block_size: int, last_page_lens: torch.Tensor | 
     return tokens[: (pages.numel() - 1) * block_size + int(last_page_lens[s])]
 
 
-def _control_on() -> bool:
-    return os.path.exists(os.environ.get(WRONG_SLOT_FLAG_VAR) or "\0")
+def _control_on(var: str = WRONG_SLOT_FLAG_VAR) -> bool:
+    return os.path.exists(os.environ.get(var) or "\0")
 
 
 _device_flags: dict[torch.device, torch.Tensor] = {}
@@ -175,6 +186,34 @@ def mha_batch_prefill_func(
     return o
 
 
+def flash_attn_varlen_func(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, dropout_p: float = 0.0,
+    softmax_scale: float | None = None, logits_soft_cap: float = 0.0, causal: bool = False,
+    *args: Any, return_lse: bool = False, **kwargs: Any,
+) -> torch.Tensor:
+    """aiter's varlen attention (the MHA extend of an MLA model): query rows
+    ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` attend to keys and values
+    ``cu_seqlens_k[b]:cu_seqlens_k[b + 1]`` (``[tokens, heads, dim]``; values may be narrower
+    than keys), causally aligned at the end (flash-attention's convention)."""
+    if return_lse or dropout_p or logits_soft_cap or args:
+        raise NotImplementedError("aiter kernel double: flash_attn_varlen_func takes no "
+                                  "dropout, soft cap, LSE or later positional options here")
+    batch = cu_seqlens_q.numel() - 1
+    if cu_seqlens_k.numel() != batch + 1:
+        raise RuntimeError(f"cu_seqlens_k must have shape [{batch + 1}], got "
+                           f"{tuple(cu_seqlens_k.shape)}")
+    out = q.new_empty(*q.shape[:-1], v.shape[-1])
+    scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    for b in range(batch):
+        rows = q[cq[b]:cq[b + 1]]
+        keys, values = k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]]
+        offset = keys.shape[0] - rows.shape[0] if causal else None
+        out[cq[b]:cq[b + 1]] = _attend(rows, keys, values, float(scale), offset).to(out.dtype)
+    return out
+
+
 def mla_decode_fwd(
     q: torch.Tensor, kv_buffer: torch.Tensor, o: torch.Tensor, qo_indptr: torch.Tensor,
     kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last_page_lens: torch.Tensor | None,
@@ -188,6 +227,10 @@ def mla_decode_fwd(
     if kv_indptr.numel() < batch + 1:
         raise RuntimeError(f"aiter kernel double: kv_indptr holds {kv_indptr.numel()} entries; "
                            f"a batch of {batch} reads {batch + 1}")
+    if batch not in _mla_rows_seen:
+        _mla_rows_seen.add(batch)
+        record(f"mla_decode_fwd rows={batch}")
+    wrong = _control_on(WRONG_MLA_SLOT_FLAG_VAR)
     latent = kv_buffer.reshape(-1, 1, kv_buffer.shape[-1])
     scale = float(sm_scale) if sm_scale is not None else q.shape[-1] ** -0.5
     value_dim = o.shape[-1]
@@ -195,6 +238,9 @@ def mla_decode_fwd(
     for b in range(batch):
         rows = q[qo[b]:qo[b + 1]]
         slots = kv_indices[kv[b]:kv[b + 1]].long()
+        if wrong and slots.numel() > 1:
+            slots = slots.clone()
+            slots[0] = slots[1]
         keys = latent[slots]
         out = _attend(rows, keys, keys[..., :value_dim], scale, slots.numel() - rows.shape[0])
         o[qo[b]:qo[b + 1]] = out.to(o.dtype)
@@ -215,11 +261,34 @@ def recording_unified(kernel: Callable[..., Any], origin: str) -> Callable[..., 
     return unified_attention
 
 
+def recording_mla_stage1(stage1: Callable[..., Any], origin: str) -> Callable[..., Any]:
+    """``stage1`` (the MLA decode's stage 1 that aiter's real ``mla.py`` calls), recording each
+    new ``(batch, KV total)`` it is called for, as a graph capture or an eager decode
+    (``aiter mla stage 1 from <origin> eager bs=8 total_kv=1234``): the key aiter's split-table
+    cache is looked up with, besides the head count and dtype, which a server does not vary."""
+    seen: set[tuple[bool, int, int]] = set()
+
+    def mla_decode_stage1_asm_fwd(q: torch.Tensor, kv_buffer: torch.Tensor,
+                                  qo_indptr: torch.Tensor, kv_indptr: torch.Tensor,
+                                  kv_indices: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        capturing = torch.cuda.is_initialized() and (  # type: ignore[no-untyped-call]
+            torch.cuda.is_current_stream_capturing())
+        key = (capturing, int(qo_indptr.shape[0]) - 1, int(kv_indices.shape[0]))
+        if key not in seen:
+            seen.add(key)
+            record(f"aiter mla stage 1 from {origin} {'captured' if capturing else 'eager'} "
+                   f"bs={key[1]} total_kv={key[2]}")
+        return stage1(q, kv_buffer, qo_indptr, kv_indptr, kv_indices, *args, **kwargs)
+
+    return mla_decode_stage1_asm_fwd
+
+
 def _refusing(name: str) -> Callable[..., Any]:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(
             f"aiter kernel double: {name} has no reference here (only paged_attention_ragged, "
-            "mha_batch_prefill_func, unified_attention and, on CPU, mla.mla_decode_fwd)")
+            "mha_batch_prefill_func, unified_attention and, on CPU, flash_attn_varlen_func and "
+            "mla.mla_decode_fwd)")
 
     refuse.__name__ = name.rsplit(".", 1)[-1]
     return refuse
@@ -278,11 +347,14 @@ def install(*, unified: Callable[..., Any] | None = None, on_gpu: bool = False) 
     if on_gpu:
         from testkit.doubles import aiter_gpu_kernels
 
+        # the varlen extend is the CPU double's (eager only: prefill graphs are off)
         _module("aiter", paged_attention_ragged=_gpu_paged_attention_ragged,
-                mha_batch_prefill_func=aiter_gpu_kernels.mha_batch_prefill_func)
+                mha_batch_prefill_func=aiter_gpu_kernels.mha_batch_prefill_func,
+                flash_attn_varlen_func=flash_attn_varlen_func)
     else:
         _module("aiter", paged_attention_ragged=paged_attention_ragged,
-                mha_batch_prefill_func=mha_batch_prefill_func)
+                mha_batch_prefill_func=mha_batch_prefill_func,
+                flash_attn_varlen_func=flash_attn_varlen_func)
         _module("aiter.mla", mla_decode_fwd=mla_decode_fwd)
     for name in ("aiter.ops", "aiter.ops.triton", "aiter.ops.triton.attention"):
         _module(name)

@@ -26,6 +26,11 @@ On a CUDA GPU:
   references (:mod:`testkit.doubles.aiter_gpu_kernels`); with ``unified``, aiter's Triton kernel
   comes from the tree named by :data:`AITER_TREE_VAR` (else the installed ``amd-aiter``) and
   runs with 16-token tiles (:func:`testkit.doubles.aiter_triton.tiles_of_at_least_16`);
+* ``mla``: with ``aiter``, aiter's own ``aiter/mla.py`` from the tree named by
+  :data:`AITER_MLA_TREE_VAR` as ``aiter.mla`` (:func:`testkit.doubles.aiter_mla_gpu.load_mla`:
+  its ``get_meta_param`` split-table cache and its Triton stage-2 reduce unchanged, the HIP
+  stage 1 a capture-safe torch double), each new stage-1 key recorded
+  (:func:`testkit.doubles.aiter_kernels.recording_mla_stage1`);
 * ``dual-gemm``: an import stand-in for ``sglang.kernels.ops.gemm.cutedsl_dual_gemm`` (0.5.23's
   MLP imports it on CUDA; the real module needs nvidia-cutlass-dsl): its mode enum, a decode
   token limit of 0, and "no dual GEMM" for every shape (float32 weights never choose it);
@@ -58,12 +63,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AITER_TREE_VAR", "DIST_NAME", "DOUBLES_VAR", "SGL_KERNEL_VERSION", "install",
-           "site_dir"]
+__all__ = ["AITER_MLA_TREE_VAR", "AITER_TREE_VAR", "DIST_NAME", "DOUBLES_VAR",
+           "SGL_KERNEL_VERSION", "install", "site_dir"]
 
 DOUBLES_VAR = "SGLANG_E2E_DOUBLES"
 AITER_TREE_VAR = "SGLANG_E2E_AITER_TREE"
 """A copied aiter tree (the folder holding ``aiter/`` and ``AITER_ORIGIN``) for ``unified``."""
+AITER_MLA_TREE_VAR = "SGLANG_E2E_AITER_MLA_TREE"
+"""A copied aiter tree (the folder holding ``aiter/mla.py`` and ``AITER_ORIGIN``) for ``mla``."""
 SGL_KERNEL_VERSION = "0.4.10"
 """The version the stub's metadata claims: at least what every supported release asks."""
 DIST_NAME = "sglang_e2e_doubles"
@@ -134,6 +141,27 @@ def _aiter(unified: bool, on_gpu: bool) -> None:
                 origin += "; 2D kernel, KV tile >= 16"
             kernel = aiter_kernels.recording_unified(found.unified_attention, origin)
     aiter_kernels.install(unified=kernel, on_gpu=on_gpu)
+
+
+def _mla() -> None:
+    from testkit.doubles import aiter_kernels, aiter_mla_gpu
+    from testkit.doubles.aiter_triton import tree_at
+
+    named = os.environ.get(AITER_MLA_TREE_VAR)
+    package = sys.modules.get("aiter")
+    if not named or package is None:
+        raise RuntimeError(f"mla: needs the aiter double (aiter,mla) and {AITER_MLA_TREE_VAR} "
+                           "naming an aiter tree (the folder holding aiter/mla.py)")
+    tree = tree_at(named)
+    module = aiter_mla_gpu.load_mla(tree)
+    stand_in = module.aiter  # the package mla.py imported: its stage 1 is the torch double
+    stand_in.mla_decode_stage1_asm_fwd = aiter_kernels.recording_mla_stage1(
+        stand_in.mla_decode_stage1_asm_fwd, tree.origin)
+    sys.modules["aiter.mla"] = module  # what sglang's ``from aiter.mla import ...`` finds
+    setattr(package, "mla", module)  # noqa: B010
+    maxsize = module.get_meta_param.cache_parameters()["maxsize"]
+    aiter_kernels.record(f"aiter.mla is {tree.root / aiter_mla_gpu.MLA_FILE} ({tree.origin}); "
+                         f"get_meta_param caches {maxsize} split tables")
 
 
 def _dual_gemm() -> None:
@@ -214,6 +242,8 @@ def install() -> None:
     logging.getLogger("sglang_aiter_plugin").addHandler(_Recorder())
     if "aiter" in chosen:
         _aiter("unified" in chosen, on_gpu="capture-safe" in chosen)
+    if "mla" in chosen:
+        _mla()
     if "dual-gemm" in chosen:
         _dual_gemm()
     if "graph-replays" in chosen:

@@ -68,6 +68,17 @@ def dp_attention_problem() -> str | None:
     return None
 
 
+def mla_problem(version: Version) -> str | None:
+    """Why the MLA (DeepSeek-architecture) servers do not run on this release, or ``None``."""
+    if version != MLA_RELEASE:
+        return (f"the DeepSeek-architecture servers were brought up on sglang {MLA_RELEASE} only "
+                "(what their CPU path needs was found there)")
+    return None
+
+
+MLA_RELEASE = Version("0.5.23")
+
+
 @dataclasses.dataclass(frozen=True)
 class Scenario:
     backend: str
@@ -75,6 +86,10 @@ class Scenario:
     doubles: str = "aiter,rocm-host,fill-value"
     env: tuple[tuple[str, str], ...] = ()
     steps: tuple[str, ...] = ("prompts", "prefix")
+    model: str = "qwen3"
+    """``qwen3`` (:mod:`testkit.tiny_checkpoint`) or ``deepseek`` (MLA,
+    :mod:`testkit.tiny_deepseek`)."""
+    flags: tuple[str, ...] = ()
 
 
 SCENARIOS = {
@@ -89,6 +104,13 @@ SCENARIOS = {
     "dp/torch_native": Scenario("torch_native", ranks=4, steps=("prompts",)),
     "dp/aiter-ext": Scenario("aiter-ext", ranks=4, steps=("prompts", "burst")),
     "dp/aiter": Scenario("aiter", ranks=4, steps=("prompts",)),
+    # multi-head latent attention (DeepSeek-V2's attention shapes): torch_native cannot serve it
+    # (its extend reads the latent cache as keys); sglang's Triton backend, in Triton's
+    # interpreter, is the reference (one KV split: an eighth of the interpreter's decode work)
+    "mla/triton": Scenario("triton", model="deepseek",
+                           flags=("--triton-attention-num-kv-splits", "1")),
+    "mla/aiter-ext": Scenario("aiter-ext", model="deepseek",
+                              steps=("prompts", "prefix", "control")),
 }
 
 BURST = workload.prompts(2 * DP_POOL + 2, seed=4, lengths=(4, 24))
@@ -141,6 +163,14 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_checkpoint(tmp_path_factory.mktemp("e2e") / "tiny-qwen3", seed=0)
 
 
+def mla_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny DeepSeek-V2 checkpoint (written once per session, at the first MLA server)."""
+    from testkit.tiny_deepseek import write_checkpoint as write_deepseek
+
+    root = tmp_path_factory.getbasetemp() / "tiny-deepseek-v2"
+    return root if (root / "model.safetensors").is_file() else write_deepseek(root, seed=0)
+
+
 @pytest.fixture(scope="session")
 def served(tmp_path_factory: pytest.TempPathFactory, checkpoint: Path,
            e2e_version: Version) -> Callable[[str], Run]:
@@ -152,8 +182,9 @@ def served(tmp_path_factory: pytest.TempPathFactory, checkpoint: Path,
             return runs[name]
         s = SCENARIOS[name]
         work = tmp_path_factory.mktemp(name.replace("/", "-"))
-        extra = dp_flags(e2e_version) if s.ranks > 1 else ()
-        server = launch(checkpoint, s.backend, work, doubles=s.doubles, ranks=s.ranks,
+        extra = (*s.flags, *(dp_flags(e2e_version) if s.ranks > 1 else ()))
+        model = checkpoint if s.model == "qwen3" else mla_checkpoint(tmp_path_factory)
+        server = launch(model, s.backend, work, doubles=s.doubles, ranks=s.ranks,
                         extra=extra, env=dict(s.env), wait=False,
                         max_running=DP_POOL if s.ranks > 1 else 8)
         runs[name] = serve(name, server, lambda running: _steps(running, s.steps, work))

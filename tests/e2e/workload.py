@@ -7,13 +7,15 @@ with ``torch_native``'s on the same topology (the weights are the same checkpoin
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 from testkit.server import Output, Server
 
-__all__ = ["BURST_3X", "BURST_3X_LENGTHS", "GPU_LOGPROB_TOL", "LOGPROB_TOL", "LONG",
-           "LONG_BATCH", "LONG_NEW_TOKENS", "STAGGERED", "Answers", "Mismatch", "compare",
-           "prompts", "reference_noise", "run_prompts"]
+__all__ = ["BURST_3X", "BURST_3X_LENGTHS", "EVICTION_BURST", "EVICTION_BURST_LENGTHS",
+           "GPU_LOGPROB_TOL", "LOGPROB_TOL", "LONG", "LONG_BATCH", "LONG_NEW_TOKENS",
+           "MLA_POOL", "SMALL", "SMALL_LENGTHS", "STAGGERED", "Answers", "Mismatch", "compare",
+           "compare_to_near_tie", "prompts", "reference_noise", "run_prompts"]
 
 LOGPROB_TOL = 1e-4
 """Largest |log-probability difference| accepted between two backends in float32. Two identical
@@ -62,11 +64,44 @@ def compare(ours: list[Output], reference: list[Output], what: str,
                          if x != y) if len(a.tokens) == len(b.tokens) else -1
             raise Mismatch(f"{what}: prompt {i} tokens differ from token {first}: "
                            f"{a.tokens} vs {b.tokens}")
+        _no_nan(a, what, i)
         worst = max(worst, *(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)))
     if worst > tol:
         raise Mismatch(f"{what}: tokens equal, but log-probabilities differ by up to {worst:.3g} "
                        f"(tolerance {tol:g})")
     return worst
+
+
+def _no_nan(answer: Output, what: str, i: int) -> None:
+    if any(math.isnan(x) for x in answer.logprobs):
+        raise Mismatch(f"{what}: prompt {i} has NaN log-probabilities: {answer.logprobs}")
+
+
+def compare_to_near_tie(ours: list[Output], reference: list[Output], what: str,
+                        tol: float) -> tuple[float, list[str]]:
+    """:func:`compare` for long greedy outputs: equal tokens with log-probabilities within
+    ``tol`` up to a prompt's first differing token, which must be a near-tie (the two picks'
+    log-probabilities within ``tol``: the reference itself could have picked either); past it
+    that prompt is not compared. Return the largest |log-probability difference| and the
+    near-tie splits."""
+    if len(ours) != len(reference):
+        raise Mismatch(f"{what}: {len(ours)} answers, reference {len(reference)}")
+    worst, splits = 0.0, []
+    for i, (a, b) in enumerate(zip(ours, reference, strict=True)):
+        if len(a.tokens) != len(b.tokens):
+            raise Mismatch(f"{what}: prompt {i}: {len(a.tokens)} tokens, reference "
+                           f"{len(b.tokens)}")
+        _no_nan(a, what, i)
+        for j, (ta, tb, la, lb) in enumerate(zip(a.tokens, b.tokens, a.logprobs, b.logprobs,
+                                                  strict=True)):
+            if not abs(la - lb) <= tol:
+                raise Mismatch(f"{what}: prompt {i} token {j}: {ta} ({la:.4g}) vs {tb} "
+                               f"({lb:.4g}) differ beyond {tol:g}")
+            worst = max(worst, abs(la - lb))
+            if ta != tb:
+                splits.append(f"prompt {i} token {j}: {ta} ({la:.5f}) vs {tb} ({lb:.5f})")
+                break
+    return worst, splits
 
 
 def reference_noise(ours: list[Output], reference: list[Output]) -> tuple[float, list[str]]:
@@ -114,3 +149,19 @@ LONG_NEW_TOKENS = 16
 LONG_BATCH = prompts(6, seed=7, lengths=(480, 490))
 """Six long requests at once (a full pool near context length, about 3,000 KV tokens in one
 decode batch): at page size 16, the most a per-page graph ``kv_indices`` can be written past."""
+
+
+MLA_POOL = 16
+"""``--max-running-requests`` of the GPU MLA servers, whose decode graphs stop at 4: batches of
+5 to 16 decode eagerly."""
+SMALL = PROMPTS[:4]
+SMALL_LENGTHS = [4, 8, 12, 16]
+"""Small batches: 4 requests finishing one after another (decode batches of 4, 3, 2, 1: every
+graph of ``[1, 2, 4]`` replayed)."""
+EVICTION_BURST = [prompts(1, seed=100 + n, lengths=(n, n))[0]
+                  for n in range(5, 5 + 2 * MLA_POOL, 2)]
+"""A full pool of prompts of distinct lengths (5, 7, ..., 35 tokens) ..."""
+EVICTION_BURST_LENGTHS = [130 + 2 * i for i in range(MLA_POOL)]
+"""... and outputs of 130 to 160 tokens: about 150 eager decode steps of 5 to 16 requests, each
+with a new KV total (a batch's total grows by its size at every step), so each a new key of
+aiter's split-table cache: more than its 128 entries, which evicts every graph's table."""

@@ -28,6 +28,7 @@ import pytest
 
 from testkit.server import CUDA, READY_TIMEOUT_S, Output, Server, launch
 from tests.e2e import workload
+from tests.e2e.conftest import mla_checkpoint
 from tests.e2e.serving import Run, serve
 
 pytestmark = [pytest.mark.gpu]
@@ -41,6 +42,16 @@ OUT_VAR = "SGLANG_GPU_E2E_OUT"
 RAGGED = "aiter,capture-safe,rocm-host,dual-gemm,graph-replays"
 UNIFIED = "aiter,capture-safe,unified,rocm-host,dual-gemm,graph-replays"
 REFERENCE = "dual-gemm,graph-replays"
+MLA = "aiter,capture-safe,mla,rocm-host,dual-gemm,graph-replays"
+"""aiter's own ``mla.py`` for the MLA decode (from the tree that
+:data:`testkit.doubles.server_plugin.AITER_MLA_TREE_VAR` names), torch doubles for the rest."""
+MLA_GRAPH_MAX_BS = 4
+MLA_STEPS = ("small", "eviction-burst", "flush", "small-after")
+"""Small batches (graphs), a burst of eager decodes above the largest graph with more than 128
+distinct KV totals (aiter's split-table cache evicts every graph's table), sglang's
+``/flush_cache`` (its ``torch.cuda.empty_cache()`` hands free allocator segments back to the
+driver: on one GPU the evicted tables, made on the graph-capture stream, are otherwise never
+handed to another allocation), then small batches again (graphs)."""
 UNIFIED_ENV = (("SGLANG_USE_AITER_UNIFIED_ATTN", "1"),)
 PAGE_16 = ("--page-size", "16")
 
@@ -56,6 +67,10 @@ class Scenario:
     tp: int = 1
     attn_dp: int = 1
     memcheck: bool = False
+    model: str = "qwen3"
+    """``qwen3`` or ``deepseek`` (MLA, :mod:`testkit.tiny_deepseek`)."""
+    pool: int = POOL
+    graph_max_bs: int = GRAPH_MAX_BS
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -77,6 +92,15 @@ SCENARIOS: dict[str, Scenario] = {
                                 tp=4, attn_dp=2),
     "dp/aiter": Scenario("aiter", steps=("graphs", "burst"), tp=4, attn_dp=2),
     "dp/aiter-ext": Scenario("aiter-ext", steps=("graphs", "burst"), tp=4, attn_dp=2),
+    # DeepSeek-V2's attention shapes (16 heads, latent 512 + 64; float32 KV: sglang's
+    # non-persistent MLA decode, no split table passed), graphs [1, 2, 4] under a pool of 16;
+    # torch_native cannot serve MLA (its extend reads the latent cache as keys)
+    "mla/triton": Scenario("triton", REFERENCE, MLA_STEPS, model="deepseek",
+                           pool=workload.MLA_POOL, graph_max_bs=MLA_GRAPH_MAX_BS),
+    "mla/aiter": Scenario("aiter", MLA, MLA_STEPS, model="deepseek", pool=workload.MLA_POOL,
+                          graph_max_bs=MLA_GRAPH_MAX_BS),
+    "mla/aiter-ext": Scenario("aiter-ext", MLA, MLA_STEPS, model="deepseek",
+                              pool=workload.MLA_POOL, graph_max_bs=MLA_GRAPH_MAX_BS),
 }
 
 MEMCHECK = ("compute-sanitizer", "--tool", "memcheck", "--target-processes", "all",
@@ -91,8 +115,8 @@ tensor into its neighbour inside a segment."""
 """Start-up under ``compute-sanitizer`` (every kernel instrumented, graphs captured) is slow."""
 
 
-def _steps(server: Server, steps: tuple[str, ...], work: Path) -> dict[str, list[Output]]:
-    a = workload.Answers()
+def _steps(server: Server, steps: tuple[str, ...], work: Path,
+           a: workload.Answers) -> dict[str, list[Output]]:
     for step in steps:
         if step == "graphs":
             a.sets["graphs"] = server.generate(workload.PROMPTS, workload.STAGGERED)
@@ -111,10 +135,17 @@ def _steps(server: Server, steps: tuple[str, ...], work: Path) -> dict[str, list
         elif step == "long":
             a.sets["long"] = server.generate([workload.LONG], workload.LONG_NEW_TOKENS)
             a.sets["long-batch"] = server.generate(workload.LONG_BATCH, workload.LONG_NEW_TOKENS)
+        elif step in ("small", "small-after"):
+            a.sets[step] = server.generate(workload.SMALL, workload.SMALL_LENGTHS)
+        elif step == "eviction-burst":
+            a.sets[step] = server.generate(workload.EVICTION_BURST,
+                                           workload.EVICTION_BURST_LENGTHS)
+        elif step == "flush":
+            server.flush_cache()
     return a.sets
 
 
-def _serve(name: str, checkpoint: Path, work: Path) -> Run:
+def _serve(name: str, model: Path, work: Path) -> Run:
     s = SCENARIOS[name]
     from sglang_aiter_plugin._sglang import installed_sglang_version
     from tests.e2e.conftest import dp_flags
@@ -128,12 +159,16 @@ def _serve(name: str, checkpoint: Path, work: Path) -> Run:
     if not hasattr(envs, "SGLANG_FORCE_FUSED_OP_BACKEND"):  # 0.5.12
         doubles += ",native-ops,flashinfer-sampling"
         env["SGLANG_IS_FLASHINFER_AVAILABLE"] = "false"
-    server = launch(checkpoint, s.backend, work, doubles=doubles, ranks=s.tp, extra=extra,
-                    env=env, wait=False, max_running=POOL, platform=CUDA,
-                    graph_max_bs=GRAPH_MAX_BS if s.graphs else None,
+    server = launch(model, s.backend, work, doubles=doubles, ranks=s.tp, extra=extra,
+                    env=env, wait=False, max_running=s.pool, platform=CUDA,
+                    graph_max_bs=s.graph_max_bs if s.graphs else None,
                     wrap=MEMCHECK if s.memcheck else (),
                     ready_timeout_s=MEMCHECK_READY_S if s.memcheck else READY_TIMEOUT_S)
-    return serve(name, server, lambda running: _steps(running, s.steps, work))
+    answers = workload.Answers()
+    run = serve(name, server, lambda running: _steps(running, s.steps, work, answers))
+    if run.failure is not None:  # what it answered before it failed
+        run.answers = answers.sets
+    return run
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -169,7 +204,9 @@ def gpu_served(request: pytest.FixtureRequest, cuda: None, checkpoint: Path,
         with lock:
             if name not in runs:
                 work = root / name.replace("/", "-")
-                runs[name] = pool.submit(_serve, name, checkpoint, work)
+                model = (checkpoint if SCENARIOS[name].model == "qwen3"
+                         else mla_checkpoint(tmp_path_factory))
+                runs[name] = pool.submit(_serve, name, model, work)
             return runs[name]
 
     def get(name: str) -> Run:

@@ -83,7 +83,8 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
     logits = torch.einsum("qhd,nhd->hqn", q.float(), kk) * scale
     if causal_offset is not None:
         rows, n = q.shape[0], k.shape[0]
-        visible = torch.arange(n)[None, :] <= (causal_offset + torch.arange(rows))[:, None]
+        where = torch.arange(n, device=q.device)
+        visible = where[None, :] <= (causal_offset + torch.arange(rows, device=q.device))[:, None]
         logits = logits.masked_fill(~visible[None], float("-inf"))
     return torch.einsum("hqn,nhd->qhd", torch.softmax(logits, dim=-1), vv)
 

@@ -16,6 +16,10 @@ DOUBLES: dict[str, str] = {
     "aiter_kernels": "the ROCm aiter package inside a real server: torch reference decode and "
     "extend kernels with aiter's per-row contract (or aiter's real Triton unified_attention), "
     "every other name refusing",
+    "aiter_mla": "aiter's mla.py memory contract on CPU: the cached split table, the two stages "
+    "and a graph capture that reads the table without owning it",
+    "aiter_mla_gpu": "aiter's HIP stage 1 of MLA decode on a CUDA GPU (capture-safe torch), under "
+    "aiter's own mla.py from an aiter tree",
     "aiter_triton": "the ROCm side of aiter's package, so that aiter's real Triton "
     "unified_attention loads without ROCm (stub parent packages, a HIP target while aiter's "
     "arch detection imports)",
@@ -24,8 +28,12 @@ DOUBLES: dict[str, str] = {
     "it is asked (CPU)",
     "future_collectives": "collective methods as a future sglang might write them (honouring "
     "every switch, with a changed signature, or calling aiter's further fused collectives)",
+    "mhc_kernel": "the JIT HIP kernel behind sglang's all_reduce_mhc_post (0.5.21+) and the aiter "
+    "modules that file imports",
     "reducing_communicator": "aiter's communicator doing real collectives on the stream (GPU)",
     "rocm_platform": "the ROCm host itself (sglang's platform answers, not torch's)",
+    "short_buffer": "an aiter-ext buffer cut one batch row short (the self-test's verdict must "
+    "fail it)",
     "server_plugin": "a test-only sglang plugin installing the server doubles in every process "
     "a real server starts (aiter kernels, the plugin's ROCm host answer, sglang's missing CPU "
     "fill value; on a GPU the dual-GEMM import stand-in, the graph-replay recorder and the "

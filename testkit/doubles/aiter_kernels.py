@@ -11,15 +11,16 @@ real package cannot import, so :func:`install` puts a stand-in package in ``sys.
   ``kv_last_page_lens[s]``, for
   ``query.size(0)`` rows; extend row block ``b`` reads ``cu_seqlens_q[b:b + 2]`` and
   ``kv_indptr[b:b + 2]``, causally;
-* ``mla_decode_fwd`` (MLA decode, on CPU only): the same torch attention over the latent KV with
-  aiter's per-row contract (:func:`mla_decode_fwd`);
+* ``mla_decode_fwd`` (MLA decode, on CPU; on the GPU see below): the same torch attention over
+  the latent KV with aiter's per-row contract (:func:`mla_decode_fwd`);
 * ``unified_attention``: aiter's real Triton kernel (:mod:`testkit.doubles.aiter_triton`, under
   Triton's interpreter) when ``unified`` is asked for; otherwise a stand-in that refuses;
 * every other name (and any ``aiter.*`` submodule) a callable that raises, naming itself.
 
 On a CUDA GPU (``on_gpu``) the decode and extend kernels are the capture-safe Triton references
 of :mod:`testkit.doubles.aiter_gpu_kernels` (same contract, no host reads of device values), so
-sglang's decode CUDA graphs capture them.
+sglang's decode CUDA graphs capture them; MLA decode is the ``mla`` kernel handed in (aiter's own
+``mla.py`` over a capture-safe stage 1, :mod:`testkit.doubles.aiter_mla_gpu`), or refuses.
 
 Observation, for the tests: each process appends one line to ``<record dir>/<pid>.log`` the first
 time the decode kernel sees a batch of a given number of rows (``paged_attention_ragged rows=4``).
@@ -268,10 +269,12 @@ def _make_kernel_repr(name: str, *args: Any, **kwargs: Any) -> Callable[..., str
     return kernel_repr
 
 
-def install(*, unified: Callable[..., Any] | None = None, on_gpu: bool = False) -> None:
+def install(*, unified: Callable[..., Any] | None = None, on_gpu: bool = False,
+            mla: Callable[..., Any] | None = None) -> None:
     """Put the stand-in ``aiter`` package in ``sys.modules`` (``unified``: the real Triton
     ``unified_attention`` to expose, when the unified path is under test; ``on_gpu``: the
-    capture-safe GPU references for decode and extend)."""
+    capture-safe GPU references for decode and extend, and ``mla`` as ``aiter.mla``'s
+    ``mla_decode_fwd`` where given)."""
     if isinstance(sys.modules.get("aiter"), _StubModule):
         return
     uni = unified or _refusing("unified_attention")
@@ -280,6 +283,8 @@ def install(*, unified: Callable[..., Any] | None = None, on_gpu: bool = False) 
 
         _module("aiter", paged_attention_ragged=_gpu_paged_attention_ragged,
                 mha_batch_prefill_func=aiter_gpu_kernels.mha_batch_prefill_func)
+        if mla is not None:
+            _module("aiter.mla", mla_decode_fwd=mla)
     else:
         _module("aiter", paged_attention_ragged=paged_attention_ragged,
                 mha_batch_prefill_func=mha_batch_prefill_func)

@@ -25,7 +25,10 @@ On a CUDA GPU:
 * ``capture-safe``: with ``aiter``, the decode and extend kernels are the capture-safe GPU
   references (:mod:`testkit.doubles.aiter_gpu_kernels`); with ``unified``, aiter's Triton kernel
   comes from the tree named by :data:`AITER_TREE_VAR` (else the installed ``amd-aiter``) and
-  runs with 16-token tiles (:func:`testkit.doubles.aiter_triton.tiles_of_at_least_16`);
+  runs with 16-token tiles (:func:`testkit.doubles.aiter_triton.tiles_of_at_least_16`); where
+  the tree named by :data:`AITER_TREE_VAR` holds ``aiter/mla.py``, MLA decode is aiter's own
+  ``mla_decode_fwd`` from it over the capture-safe stage-1 double
+  (:mod:`testkit.doubles.aiter_mla_gpu`), else MLA has no kernel on the GPU;
 * ``dual-gemm``: an import stand-in for ``sglang.kernels.ops.gemm.cutedsl_dual_gemm`` (0.5.23's
   MLP imports it on CUDA; the real module needs nvidia-cutlass-dsl): its mode enum, a decode
   token limit of 0, and "no dual GEMM" for every shape (float32 weights never choose it);
@@ -58,8 +61,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["AITER_TREE_VAR", "DIST_NAME", "DOUBLES_VAR", "SGL_KERNEL_VERSION", "install",
-           "site_dir"]
+__all__ = ["AITER_TREE_VAR", "DIST_NAME", "DOUBLES_VAR", "SGL_KERNEL_VERSION", "gpu_mla",
+           "install", "site_dir"]
 
 DOUBLES_VAR = "SGLANG_E2E_DOUBLES"
 AITER_TREE_VAR = "SGLANG_E2E_AITER_TREE"
@@ -133,7 +136,24 @@ def _aiter(unified: bool, on_gpu: bool) -> None:
                 tiles_of_at_least_16(found.module)
                 origin += "; 2D kernel, KV tile >= 16"
             kernel = aiter_kernels.recording_unified(found.unified_attention, origin)
-    aiter_kernels.install(unified=kernel, on_gpu=on_gpu)
+    mla = gpu_mla(os.environ.get(AITER_TREE_VAR)) if on_gpu else None
+    aiter_kernels.install(unified=kernel, on_gpu=on_gpu, mla=mla)
+
+
+def gpu_mla(named: str | None) -> Any:
+    """aiter's own ``mla_decode_fwd`` from the tree ``named`` (:data:`AITER_TREE_VAR`) over the
+    capture-safe stage-1 double, where that tree holds ``aiter/mla.py``; else ``None``."""
+    if not named:
+        return None
+    from testkit.doubles.aiter_kernels import record
+    from testkit.doubles.aiter_mla_gpu import MLA_FILE, load_mla
+    from testkit.doubles.aiter_triton import tree_at
+
+    tree = tree_at(named)
+    if not (tree.root / MLA_FILE).is_file():
+        return None
+    record(f"mla_decode_fwd from aiter {tree.origin} ({MLA_FILE}; stage 1 a double)")
+    return load_mla(tree).mla_decode_fwd
 
 
 def _dual_gemm() -> None:

@@ -9,10 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
 
+from sglang_aiter_plugin._sglang import installed_sglang_version
 from testkit.sglang_setup import write_model_dir
 from testkit.subproc import run_python
 from tests.selftest.test_cli import NEEDS_AITER, selftest
+
+_RELEASE = installed_sglang_version()
+DP2 = (["--attn-dp-size", "2"] if _RELEASE is None or _RELEASE >= Version("0.5.22")
+       else ["--dp-size", "2", "--enable-dp-attention"])
+"""Two attention-DP ranks, in the installed release's words (--attn-dp-size is 0.5.22's)."""
 
 PLANS = """
 import dataclasses, os
@@ -49,7 +56,7 @@ def plans(models: dict[str, Path]) -> dict[str, Any]:
         ("llama-unified", ["--model-path", llama, "--page-size", "16"],
          {"SGLANG_USE_AITER_UNIFIED_ATTN": "1"}),
         ("llama-no-graphs", ["--model-path", llama, "--disable-cuda-graph"], {}),
-        ("deepseek", ["--model-path", deepseek, "--tp-size", "4", "--attn-dp-size", "2",
+        ("deepseek", ["--model-path", deepseek, "--tp-size", "4", *DP2,
                       "--max-running-requests", "66", "--kv-cache-dtype", "fp8_e4m3",
                       "--attention-backend", "aiter"], {}),
         ("deepseek-mtp", ["--model-path", deepseek, *spec, "--speculative-eagle-topk", "1"], {}),
@@ -192,8 +199,8 @@ def test_a_deepseek_class_deployment_runs_mla_padded_by_mlp_sync(
         models: dict[str, Path], tmp_path: Path) -> None:
     """TP 4 over two attention-DP ranks: attention TP 2 pads the pool's 33 to 34 rows; upstream
     raises on them, aiter-ext is right, with 8 heads a rank (16 over 2)."""
-    data = run_json(tmp_path, "--model-path", str(models["deepseek"]), "--tp-size", "4",
-                    "--attn-dp-size", "2", "--max-running-requests", "66")
+    data = run_json(tmp_path, "--model-path", str(models["deepseek"]), "--tp-size", "4", *DP2,
+                    "--max-running-requests", "66")
     assert data["returncode"] == 0, data
     (eager,) = [c for c in data["cases"] if c["case"] == "mla-page1-eager"]
     assert eager["upstream"]["outcome"] == "raised", eager

@@ -11,8 +11,9 @@ Measures, side by side in one run (alternating, ``--runs`` rounds):
 and reports their ratio (the goal: at most 2.5). Both processes get the kernel doubles as
 ``gpu/run_selftest_evidence.sh`` installs them: through sglang's own plugin loader
 (``testkit/doubles/server_plugin.py``, ``SGLANG_E2E_DOUBLES=aiter,unified,capture-safe,
-rocm-host``; aiter's Triton tree from ``SGLANG_E2E_AITER_TREE``, default
-``.gpu-carry/aiter-git``). ``SGLANG_SITE`` (default ``/tmp/site``) is the folder that holds sglang
+rocm-host,mla``; aiter's Triton tree and its ``aiter/mla.py`` from ``SGLANG_E2E_AITER_TREE`` and
+``SGLANG_E2E_AITER_MLA_TREE``, default ``.gpu-carry/aiter-git``). ``SGLANG_SITE`` (default
+``/tmp/site``) is the folder that holds sglang
 and this plugin's wheel, as ``gpu/run_server_evidence.sh`` installs them.
 
     python3 -m benchmarks.selftest_wall --runs 2
@@ -42,7 +43,12 @@ GOAL = 2.5
 
 def _environment(site: Path) -> dict[str, str]:
     """The environment of gpu/run_selftest_evidence.sh: the doubles' plugin first on the path."""
-    from testkit.doubles.server_plugin import AITER_TREE_VAR, DOUBLES_VAR, site_dir
+    from testkit.doubles.server_plugin import (
+        AITER_MLA_TREE_VAR,
+        AITER_TREE_VAR,
+        DOUBLES_VAR,
+        site_dir,
+    )
 
     site_dir(site, gpu=True)
     sglang_site = os.environ.get("SGLANG_SITE", "/tmp/site")
@@ -51,8 +57,10 @@ def _environment(site: Path) -> dict[str, str]:
         **os.environ,
         "PYTHONPATH": os.pathsep.join(paths),
         "PYTHONUNBUFFERED": "1",
-        DOUBLES_VAR: "aiter,unified,capture-safe,rocm-host",
+        DOUBLES_VAR: "aiter,unified,capture-safe,rocm-host,mla",
         AITER_TREE_VAR: os.environ.get(AITER_TREE_VAR, str(ROOT / ".gpu-carry" / "aiter-git")),
+        AITER_MLA_TREE_VAR: os.environ.get(AITER_MLA_TREE_VAR,
+                                           str(ROOT / ".gpu-carry" / "aiter-git")),
         "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR", "/tmp/triton-cache-selftest"),
     }
 

@@ -55,9 +55,7 @@ from sglang_aiter_plugin.selftest.decode import (  # noqa: E402
     requests_for,
 )
 from sglang_aiter_plugin.selftest.decode_batch import (  # noqa: E402
-    Batch,
     DecodeBatch,
-    draft_batch,
     draft_metadata,
 )
 from sglang_aiter_plugin.selftest.reference import (  # noqa: E402
@@ -65,6 +63,7 @@ from sglang_aiter_plugin.selftest.reference import (  # noqa: E402
     make_layer,
     reference_rows,
 )
+from testkit.batches import RecordingBatch, draft_batch  # noqa: E402
 from testkit.doubles import aiter_backend_imports  # noqa: E402
 from testkit.doubles import aiter_gpu_kernels as ref  # noqa: E402
 from testkit.sglang_setup import SCENARIOS, configure, write_model_dir  # noqa: E402
@@ -132,7 +131,7 @@ def run_extend(kind: str, setup: Any, pool: int, device: str) -> None:
     reqs = [3, 17, 30]
     t = lambda xs, dt=torch.int64: torch.tensor(xs, dtype=dt, device=device)  # noqa: E731
     n_tok = sum(extend)
-    fb = Batch(
+    fb = RecordingBatch(
         batch_size=3, req_pool_indices=t(reqs), seq_lens=t(seq), seq_lens_cpu=t(seq).cpu(),
         seq_lens_sum=sum(seq), forward_mode=ForwardMode.EXTEND, spec_info=None,
         extend_prefix_lens=t(prefix, torch.int32), extend_prefix_lens_cpu=prefix,
@@ -173,7 +172,8 @@ def run_extend(kind: str, setup: Any, pool: int, device: str) -> None:
          cu_seqlens_q=call.get("cu_seqlens_q"), kv_indptr=call.get("kv_indptr"),
          true_cu_seqlens_q=true_q, true_kv_indptr=true_kv,
          ok=call.get("cu_seqlens_q") == true_q and call.get("kv_indptr") == true_kv,
-         rows_right=f"{rows_right}/{n_tok}", fields_read_as_none=sorted(Batch.defaulted))
+         rows_right=f"{rows_right}/{n_tok}",
+         fields_read_as_none=sorted(RecordingBatch.defaulted))
 
 
 def run_last_page_len(kind: str, setup: Any, pool: int, device: str) -> None:

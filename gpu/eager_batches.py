@@ -31,10 +31,10 @@ from gpu import buffer_pool_graphs as bpg  # makes aiter unimportable first
 from sglang_aiter_plugin.selftest.cases import Case
 from sglang_aiter_plugin.selftest.checks import TOLERANCE
 from sglang_aiter_plugin.selftest.decode import eager_batch
-from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced_batch
 from sglang_aiter_plugin.selftest.reference import fill_paged_requests, reference_rows
 from sglang_aiter_plugin.selftest.sglang_setup import graphs_off
 from testkit.batch_paths import SCENARIOS
+from testkit.batches import synced_batch
 from testkit.doubles import aiter_gpu_kernels as ref
 from testkit.sglang_setup import configure, write_model_dir
 
@@ -79,7 +79,7 @@ def run_extend(kind: str, path: str, setup: Any, pool: int, device: str) -> None
     layer = bpg.make_layer(backend)
     gen = torch.Generator().manual_seed(4)
     lens = torch.randint(EXTEND, 64, (pool,), generator=gen).tolist()
-    fb = mlp_synced_batch(setup, backend, "extend", pool, [3 * pool], device, lens=lens)
+    fb = synced_batch(setup, backend, "extend", pool, [3 * pool], device, lens=lens)
     tokens = int(fb.input_ids.shape[0])  # padded by sglang
     q = torch.randn(tokens, backend.num_head, backend.head_dim, generator=gen).to(
         backend.input_dtype

@@ -86,7 +86,7 @@ def run(kind: str, setup: Any, mla: Any, args: argparse.Namespace, heads: int) -
     before = [g.replay_error(gen, pool, args.max_len) for g in graphs]
     with torch.cuda.stream(stream):
         for total in range(1, args.eager + 1):  # one new cache key each
-            fb = plain_batch("decode", 1, "cuda", lens=[total])
+            fb = plain_batch(1, "cuda", lens=[total])
             fb.req_to_token_pool = setup.runner.req_to_token_pool
             fb.token_to_kv_pool = setup.runner.token_to_kv_pool
             backend.init_forward_metadata(fb)

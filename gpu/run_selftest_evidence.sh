@@ -18,12 +18,14 @@ cd "$here"
 out=${OUT:-/tmp}/selftest
 mkdir -p "$out"
 site=$(mktemp -d)
-trap 'rm -rf "$site"' EXIT
+models=$(mktemp -d)
+trap 'rm -rf "$site" "$models"' EXIT
 export SGLANG_SITE=${SGLANG_SITE:-/tmp/site}
 export PYTHONPATH=$site:$SGLANG_SITE:$here:$here/gpu/wheelhouse PYTHONUNBUFFERED=1
 python3 -c "from pathlib import Path; from testkit.doubles.server_plugin import site_dir; site_dir(Path('$site'), gpu=True)"
-export SGLANG_E2E_DOUBLES=aiter,unified,capture-safe,rocm-host
+export SGLANG_E2E_DOUBLES=aiter,unified,capture-safe,rocm-host,mla
 export SGLANG_E2E_AITER_TREE=${SGLANG_E2E_AITER_TREE:-$here/.gpu-carry/aiter-git}
+export SGLANG_E2E_AITER_MLA_TREE=${SGLANG_E2E_AITER_MLA_TREE:-$SGLANG_E2E_AITER_TREE}
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache-selftest}
 {
   date -u '+%Y-%m-%d %H:%M:%S UTC'
@@ -40,6 +42,13 @@ st() {  # label, then selftest arguments; the exit status goes into the summary
 jobs=${JOBS:-4}
 st all --jobs "$jobs"
 st all-json --jobs "$jobs" --json
+# an operator's deployment: a Llama-class and a DeepSeek-class (MLA) config-only model, each with
+# its sglang arguments (MLA decode: aiter's own mla.py from $SGLANG_E2E_AITER_MLA_TREE)
+python3 -c "from pathlib import Path; from testkit.sglang_setup import write_model_dir; write_model_dir(Path('$models/llama')); write_model_dir(Path('$models/deepseek'), mla=True, aiter_mla_dims=True)"
+st deploy-llama --jobs "$jobs" --json --model-path "$models/llama" --page-size 16 --tp-size 2 \
+  --max-running-requests 66
+st deploy-deepseek --jobs "$jobs" --json --model-path "$models/deepseek" --tp-size 4 \
+  --attn-dp-size 2 --max-running-requests 66
 # the control: the decode kernel reads each sequence's second KV slot for its first (aiter-ext
 # must fail these, exit status 1)
 SGLANG_E2E_WRONG_KV_SLOT_FLAG=$(mktemp)

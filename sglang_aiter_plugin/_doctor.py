@@ -55,8 +55,8 @@ MODULES = (
     "fixes.collectives.replay", "fixes.collectives.wrappers", "plugin",
     "plugin.manager", "plugin.spec",
     "selftest", "selftest.cases", "selftest.checks", "selftest.child", "selftest.decode",
-    "selftest.decode_batch", "selftest.mlp_sync", "selftest.model_runner", "selftest.reference",
-    "selftest.report", "selftest.run", "selftest.sglang_setup",
+    "selftest.decode_batch", "selftest.deployment", "selftest.mlp_sync", "selftest.model_runner",
+    "selftest.reference", "selftest.report", "selftest.run", "selftest.sglang_setup",
 )
 _T = TypeVar("_T")
 

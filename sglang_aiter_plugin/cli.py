@@ -1,6 +1,6 @@
 """Command line: ``sglang-aiter-plugin doctor [--json] [--attention-backend NAME]``,
-``sglang-aiter-plugin selftest [--device DEV] [--only CASE] [--json] ...`` and
-``sglang-aiter-plugin ledger``."""
+``sglang-aiter-plugin selftest [--device DEV] [--only CASE] [--json] ... [sglang server
+arguments]`` and ``sglang-aiter-plugin ledger``."""
 
 from __future__ import annotations
 
@@ -26,16 +26,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     doctor.add_argument("--attention-backend", metavar="NAME", help=(
         "the backend you will launch with; with aiter-ext, a missing aiter is an error"))
-    selftest = sub.add_parser("selftest", help=(
+    selftest = sub.add_parser("selftest", allow_abbrev=False, help=(
         "run aiter-ext and upstream aiter on this GPU, case by case, against a torch reference "
-        "(run it on a GPU that is not serving)"))
+        "(run it on a GPU that is not serving)"), description=(
+        "Any other arguments are sglang server arguments, parsed by sglang's own parser: the "
+        "cases are then those that configuration takes on one rank of it (--model-path: a local "
+        "folder with the model's config.json, no weights; --kv-cache-dtype, --page-size, "
+        "--tp-size, --dp-size/--enable-dp-attention or --attn-dp-size, --speculative-*, the "
+        "CUDA-graph sizes, --max-running-requests). Without them, the self-test's own cases."))
     selftest.add_argument("--device", default="cuda", help=(
         "the GPU to use: cuda or cuda:N (torch's names; HIP devices are called cuda too), made "
         "the current device in every worker process (default: cuda). cpu is for the plugin's own "
         "tests only: it runs with their test doubles, and the eager and metadata cases only"))
     selftest.add_argument("--only", metavar="CASE", action="append", default=[], help=(
         "run only this case (repeatable); --list shows the cases"))
-    selftest.add_argument("--list", action="store_true", help="list the cases and exit")
+    selftest.add_argument("--list", action="store_true", help=(
+        "list the cases (those of the sglang arguments given, and why each) and exit"))
     selftest.add_argument("--json", action="store_true", help="machine-readable output")
     selftest.add_argument("--upstream-unsafe", action="store_true", help=(
         "also run upstream's batches that its buffers cannot hold (they read or write past them: "
@@ -52,9 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("ledger", help=(
         "print the ledger: every upstream defect the plugin answers, the sglang symbols it "
         "touches, why, how, upstream's pull requests and when it steps aside (Markdown)"))
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
     if args.command == "selftest":
-        return _selftest(args)
+        return _selftest(args, tuple(rest))
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "ledger":
         from sglang_aiter_plugin._ledger import markdown
         from sglang_aiter_plugin.fixes import ledger_sections
@@ -75,31 +83,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     return report.exit_code
 
 
-def _selftest(args: argparse.Namespace) -> int:
+def _selftest(args: argparse.Namespace, sglang_args: tuple[str, ...]) -> int:
     from sglang_aiter_plugin.selftest import report
-    from sglang_aiter_plugin.selftest.cases import CASES, UnknownCaseError, by_name
+    from sglang_aiter_plugin.selftest.cases import CASES, Case, UnknownCaseError, by_name
     from sglang_aiter_plugin.selftest.run import Options, device_problem, selftest
 
-    if args.list:
-        for case in CASES:
-            print(f"{case.name:<24}{case.describe()}")
-        return 0
-    if (problem := device_problem(args.device)) is not None:
+    def refuse(problem: object) -> int:
         print(f"sglang-aiter-plugin selftest: {problem}", file=sys.stderr)
         return 2
+
+    if (problem := device_problem(args.device)) is not None:
+        return refuse(problem)
+    planned: tuple[Case, ...] = CASES
+    notes: tuple[str, ...] = ()
+    if sglang_args:
+        from sglang_aiter_plugin.selftest.deployment import DeploymentArgsError, plan
+        from sglang_aiter_plugin.selftest.sglang_setup import SglangMissingError
+
+        try:
+            deployment = plan(sglang_args, args.device)
+        except (DeploymentArgsError, SglangMissingError) as exc:
+            return refuse(exc)
+        planned, notes = deployment.cases, deployment.notes
+    if args.list:
+        width = max(len(c.name) for c in planned) + 2
+        for case in planned:
+            print(f"{case.name:<{max(24, width)}}{case.describe()}")
+        for note in notes:
+            print(f"note: {note}")
+        return 0
     try:
-        by_name(args.only)
+        cases = by_name(args.only, planned) if args.only else list(planned)
     except UnknownCaseError as exc:
-        print(f"sglang-aiter-plugin selftest: {exc}", file=sys.stderr)
-        return 2
+        return refuse(exc)
     if args.jobs < 1 or args.timeout <= 0 or args.max_gpu_memory < 1:
-        print("sglang-aiter-plugin selftest: --jobs, --timeout and --max-gpu-memory must be "
-              "positive", file=sys.stderr)
-        return 2
+        return refuse("--jobs, --timeout and --max-gpu-memory must be positive")
+    for note in notes:
+        print(f"sglang-aiter-plugin selftest: {note}", file=sys.stderr)
     run = selftest(Options(device=args.device, only=tuple(args.only),
                            unsafe=args.upstream_unsafe, timeout=args.timeout, jobs=args.jobs,
-                           gpu_mib=args.max_gpu_memory, isolate=args.isolate),
-                   on_case=_progress(len(by_name(args.only)) if args.only else len(CASES)))
+                           gpu_mib=args.max_gpu_memory, isolate=args.isolate,
+                           sglang_args=sglang_args),
+                   on_case=_progress(len(cases)), planned=planned)
     print(report.as_json(run) if args.json else report.as_text(run))
     return run.exit_code
 

@@ -193,7 +193,7 @@ def check_metadata(backend: Any, fb: Any, path: str) -> tuple[str | None, list[s
 
 
 def run_case(case: Case, model_dir: Path) -> Outcome:
-    from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced_batch
+    from testkit.batches import synced_batch
 
     extra = () if case.graphs else graphs_off()
     setup = configure(model_dir, SCENARIOS[case.scenario], extra, pool=case.pool)
@@ -202,7 +202,7 @@ def run_case(case: Case, model_dir: Path) -> Outcome:
         table = setup.runner.req_to_token_pool.req_to_token
         table.copy_(torch.arange(table.numel(), dtype=table.dtype).view_as(table) % 997)
         others = [case.other]
-        fb = mlp_synced_batch(setup, backend, case.mode, case.rows, others)
+        fb = synced_batch(setup, backend, case.mode, case.rows, others)
         capacity = int(backend.kv_indptr.shape[-1]) - 1
         outcome = Outcome(case, batch=int(fb.batch_size), capacity=capacity,
                           graph=graph_max(setup))

@@ -6,8 +6,9 @@ Each case (:mod:`.cases`) builds both backends through sglang's own configuratio
 runs sglang's metadata code and aiter's kernels on decode graphs and eager batches
 (:mod:`.decode_batch`, :mod:`.mlp_sync`) and compares every real row with a torch reference
 (:mod:`.reference`), one verdict per case (:mod:`.checks`), in a worker process per backend that
-imports sglang once (:mod:`.child`, :mod:`.run`); :mod:`.report` prints the outcome. The tests
-and GPU scripts use the same modules.
+imports sglang once (:mod:`.child`, :mod:`.run`); :mod:`.report` prints the outcome. With sglang
+server arguments, :mod:`.deployment` builds the cases the operator's own configuration takes
+instead. The tests and GPU scripts use the same modules.
 
 Nothing here runs at import: no module imports torch or sglang before it is called, and loading
 the plugin never imports this package.

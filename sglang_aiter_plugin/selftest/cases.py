@@ -1,5 +1,8 @@
 """The self-test's cases: one decode path, page size and form each, run for upstream ``aiter`` and
-for ``aiter-ext`` alike. Data only; :mod:`.checks` runs a case in a child process."""
+for ``aiter-ext`` alike. Data only; :mod:`.checks` runs a case in a child process.
+
+:data:`CASES` are the cases of the self-test's own configurations (a tiny config-only model);
+:mod:`.deployment` builds the cases of an operator's own sglang arguments instead."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from dataclasses import dataclass
 
 from sglang_aiter_plugin._errors import AiterExtError
 
-__all__ = ["CASES", "FORMS", "KINDS", "Case", "UnknownCaseError", "by_name"]
+__all__ = ["CASES", "FORMS", "KINDS", "Case", "Deployment", "UnknownCaseError", "by_name"]
 
 KINDS = ("upstream", "aiter-ext")
 """The two backends each case builds: sglang's ``AiterAttnBackend`` and the plugin's."""
@@ -30,6 +33,12 @@ class Case:
     page: int
     form: str
     """A key of :data:`FORMS`."""
+    deployment: Deployment | None = None
+    """The operator's configuration this case is built from; ``None``: the self-test's own."""
+    skip: str = ""
+    """Why the self-test cannot run this case yet ("": it runs)."""
+    why: str = ""
+    """Why the configuration takes this case (the deployment's cases)."""
 
     @property
     def needs_gpu(self) -> bool:
@@ -37,9 +46,29 @@ class Case:
         return self.form == "graphs"
 
     def describe(self) -> str:
+        if self.deployment is not None:
+            return self.why + (f" -- skipped: {self.skip}" if self.skip else "")
         what = {"ragged": "ragged paged decode", "unified": "unified page-table decode",
                 "mla": "MLA decode", "draft": "EAGLE draft wrapper, per-step kv_indptr"}[self.path]
         return f"{what}, page size {self.page}: {FORMS[self.form]}"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """An operator's sglang configuration as one rank of it sees it (:mod:`.deployment`)."""
+
+    args: tuple[str, ...]
+    """The sglang server arguments as given (the worker parses them again)."""
+    model: str
+    """The local folder holding the model's config.json."""
+    pool: int
+    """Requests in this rank's request pool."""
+    attn_tp: int
+    """Attention-TP size: the ranks one attention group's heads are split over."""
+    attn_dp: int
+    """Attention-DP size: the ranks whose batches MLP sync pads together."""
+    draft: tuple[int, int] | None = None
+    """The EAGLE draft wrapper's (top-k, steps), where speculative decoding is on."""
 
 
 CASES: tuple[Case, ...] = (
@@ -59,12 +88,12 @@ class UnknownCaseError(AiterExtError, ValueError):
     """``--only`` named a case the self-test does not have."""
 
 
-def by_name(names: list[str]) -> list[Case]:
-    """The cases named (in the table's order); an unknown name raises :class:`UnknownCaseError`
-    naming the known ones."""
-    known = {c.name: c for c in CASES}
+def by_name(names: list[str], cases: tuple[Case, ...] = CASES) -> list[Case]:
+    """The cases of ``cases`` named (in its order); an unknown name raises
+    :class:`UnknownCaseError` naming the known ones."""
+    known = {c.name: c for c in cases}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise UnknownCaseError(
             f"unknown case {', '.join(unknown)}; the cases are {', '.join(known)}")
-    return [c for c in CASES if c.name in names]
+    return [c for c in cases if c.name in names]

@@ -5,7 +5,9 @@ model, its request and KV pools) with a request pool of :data:`POOL` requests, s
 ``max_bs`` two-batch overlap gives and DP attention's MLP-sync padding are both ``POOL + 1``. The
 backend is built from its class (``AiterAttnBackend`` or ``AiterExtAttnBackend``) on that
 configuration and runs sglang's own metadata code and the installed aiter kernels. Every real row
-is compared with a torch reference computed from the KV pool (:mod:`.reference`).
+is compared with a torch reference computed from the KV pool (:mod:`.reference`). A case of the
+operator's deployment (:mod:`.deployment`) is configured by the operator's own sglang arguments
+and model config instead, with its own pool.
 
 Upstream's buffers are read before any kernel runs: a batch they cannot hold (a per-batch buffer
 with fewer rows, a graph index buffer with fewer entries than the batch's tokens, aiter's
@@ -104,48 +106,77 @@ def _raised_by_a_kernel(exc: BaseException) -> bool:
 
 
 def _run(case: Case, kind: str, device: str, unsafe: bool, tmp: Path) -> Result:
+    from sglang_aiter_plugin.selftest.reference import fill_paged_requests
+
+    setup, pool, others = _configured(case, device, tmp)
+    with setup.scope:
+        fill_paged_requests(setup.runner, pool, int(setup.runner.page_size), seed=SEED)
+        if case.path == "draft":
+            return _draft(case, setup, kind, device, unsafe)
+        if case.form == "eager":
+            return _eager(case, setup, kind, device, unsafe, pool, others)
+        return _graphs(case, setup, kind, device, unsafe, pool)
+
+
+def _configured(case: Case, device: str, tmp: Path) -> tuple[Setup, int, list[int]]:
+    """sglang configured for ``case``: the self-test's own model and scenario, or the operator's
+    deployment (its model's config.json, its arguments, its pool); the request pool; the token
+    counts the other attention-DP ranks report for the eager batch."""
     from sglang_aiter_plugin.selftest.sglang_setup import (
         SCENARIOS,
+        Scenario,
         configure,
         graphs_off,
         write_model_dir,
     )
 
+    off = graphs_off() if case.form == "eager" else ()
+    d = case.deployment
+    if d is not None:
+        scenario = Scenario("deployment", d.args, d.args, d.attn_tp, d.attn_dp)
+        dtype = _dtype_flags(device) if device == "cpu" else ()
+        setup = configure(Path(d.model), scenario, (*off, *dtype), device=device, pool=d.pool,
+                          capture=None)
+        return setup, d.pool, [d.pool] * (d.attn_dp - 1)
     page = ("--page-size", str(case.page))
     mla = case.path == "mla"
     model = write_model_dir(tmp / "model", mla=mla, aiter_mla_dims=mla)
-    if case.form == "eager":
-        setup = configure(model, SCENARIOS["dp-attention"], (*page, *graphs_off(),
-                          *_dtype_flags(device)), device=device, pool=POOL)
-    else:
-        setup = configure(model, SCENARIOS["two-batch-overlap"], (*page, *_dtype_flags(device)),
-                          device=device, pool=POOL)
-    with setup.scope:
-        from sglang_aiter_plugin.selftest.reference import fill_paged_requests
-
-        fill_paged_requests(setup.runner, POOL, case.page, seed=SEED)
-        if case.path == "draft":
-            return _draft(case, setup, kind, device, unsafe)
-        if case.form == "eager":
-            return _eager(case, setup, kind, device, unsafe)
-        return _graphs(case, setup, kind, device, unsafe)
+    scenario = SCENARIOS["dp-attention" if case.form == "eager" else "two-batch-overlap"]
+    setup = configure(model, scenario, (*page, *off, *_dtype_flags(device)), device=device,
+                      pool=POOL)
+    return setup, POOL, [POOL] * (scenario.dp - 1)
 
 
-def _graphs(case: Case, setup: Setup, kind: str, device: str, unsafe: bool) -> Result:
+def _graphs(case: Case, setup: Setup, kind: str, device: str, unsafe: bool, pool: int) -> Result:
     from sglang_aiter_plugin.selftest.decode import build_backend, graph_sizes
 
-    sizes = graph_sizes(case, setup, build_backend(kind, setup), device, SEED + 1,
-                        _max_len(device), hold=holds(case, kind, unsafe))
-    return judge(kind, list(sizes), f"P = {POOL}, graph max_bs = {setup.max_bs}", unsafe)
+    backend = build_backend(kind, setup)
+    sizes = graph_sizes(case, setup, backend, device, SEED + 1, _max_len(device),
+                        hold=holds(case, kind, unsafe))
+    return judge(kind, list(sizes), f"P = {pool}, graph max_bs = {setup.max_bs}"
+                 + _shape(case, setup, backend), unsafe)
 
 
-def _eager(case: Case, setup: Setup, kind: str, device: str, unsafe: bool) -> Result:
+def _eager(case: Case, setup: Setup, kind: str, device: str, unsafe: bool, pool: int,
+           others: list[int]) -> Result:
+    from sglang_aiter_plugin.backend.capacity import requires_mlp_sync
     from sglang_aiter_plugin.selftest.decode import build_backend, eager_batch
 
-    batch = eager_batch(case, setup, build_backend(kind, setup), device, SEED + 2,
-                        _max_len(device), rows=POOL, others=[POOL],
-                        hold=holds(case, kind, unsafe))
-    return judge(kind, [batch], f"{POOL} requests padded by MLP sync", unsafe)
+    backend = build_backend(kind, setup)
+    padded = " padded by MLP sync" if requires_mlp_sync(setup.server_args) else ""
+    batch = eager_batch(case, setup, backend, device, SEED + 2, _max_len(device), rows=pool,
+                        others=others, hold=holds(case, kind, unsafe))
+    return judge(kind, [batch], f"{pool} requests{padded}" + _shape(case, setup, backend), unsafe)
+
+
+def _shape(case: Case, setup: Setup, backend: Any) -> str:
+    """For a deployment's case: the per-rank heads the backend was built with, the KV type."""
+    if case.deployment is None:
+        return ""
+    kv = str(setup.runner.kv_cache_dtype).removeprefix("torch.")
+    if getattr(backend, "use_mla", False):
+        return f"; {int(backend.num_head)} query heads a rank over one latent KV head, KV {kv}"
+    return f"; {int(backend.num_head)} query / {int(backend.num_kv_head)} KV heads a rank, KV {kv}"
 
 
 def holds(case: Case, kind: str, unsafe: bool) -> Callable[[str], bool]:
@@ -223,10 +254,12 @@ def _draft(case: Case, setup: Setup, kind: str, device: str, unsafe: bool) -> Re
     size: each row the cumulative lengths of its step, element 0 still 0 after a later batch."""
     from sglang_aiter_plugin.selftest.decode import build_backend, draft_sizes
 
-    draft = build_backend(kind, setup, draft=(TOPK, STEPS))
+    topk, steps = (TOPK, STEPS) if case.deployment is None else (case.deployment.draft
+                                                                  or (TOPK, STEPS))
+    draft = build_backend(kind, setup, draft=(topk, steps))
     batches = list(draft_sizes(case, setup, draft, device, SEED + 3, _max_len(device),
                                hold=holds(case, kind, unsafe)))
-    return judge(kind, batches, f"each step's kv_indptr, {STEPS} steps, top-{TOPK}", unsafe)
+    return judge(kind, batches, f"each step's kv_indptr, {steps} steps, top-{topk}", unsafe)
 
 
 @contextlib.contextmanager

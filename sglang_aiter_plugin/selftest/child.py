@@ -3,10 +3,12 @@
 It runs sglang's own plugin loader, as every sglang process does (sglang is imported once, here),
 makes ``DEVICE`` its current GPU, and prints :data:`MARK` followed by what this host is as JSON
 (versions, the GPU, whether ``aiter-ext`` can run: the backend's own host checks). Then it reads
-one case per line on stdin, ``{"case": NAME, "kind": KIND, "unsafe": bool, "gpu_mib": N,
-"env": {...}}``, runs it for that backend with those settings, and prints :data:`MARK` followed by
-its result as JSON; it ends at the end of its input. The parent (:mod:`.run`) gives each case a
-time limit and replaces a worker that faulted or ran past it.
+one case per line on stdin, ``{"case": NAME, "kind": KIND, "sglang_args": [...], "unsafe": bool,
+"gpu_mib": N, "env": {...}}``, runs it for that backend with those settings (the case named among
+the self-test's own, or among those the operator's sglang arguments plan, :mod:`.deployment`),
+and prints :data:`MARK` followed by its result as JSON; it ends at the end of its input. The
+parent (:mod:`.run`) gives each case a time limit and replaces a worker that faulted or ran past
+it.
 """
 
 from __future__ import annotations
@@ -57,10 +59,15 @@ def _load_plugins() -> str | None:
 
 def _case(spec: dict[str, Any], device: str) -> dict[str, Any]:
     """One case for one backend, with the settings it names in the environment meanwhile."""
-    from sglang_aiter_plugin.selftest.cases import by_name
+    from sglang_aiter_plugin.selftest.cases import CASES, by_name
     from sglang_aiter_plugin.selftest.checks import gpu_memory_bound, peak_gpu_mib, run
 
-    (case,) = by_name([spec["case"]])
+    planned = CASES
+    if spec.get("sglang_args"):
+        from sglang_aiter_plugin.selftest.deployment import plan
+
+        planned = plan(spec["sglang_args"], device).cases
+    (case,) = by_name([spec["case"]], planned)
     before = {name: os.environ.get(name) for name in spec["env"]}
     os.environ.update(spec["env"])
     try:

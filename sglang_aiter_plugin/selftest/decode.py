@@ -170,7 +170,7 @@ def eager_batch(case: Case, setup: Setup, backend: Any, device: str, seed: int, 
     gen = torch.Generator().manual_seed(seed)
     reqs = list(range(rows))
     lens = torch.randint(1, max_len + 1, (rows,), generator=gen).tolist()
-    fb = mlp_synced_batch(setup, backend, "decode", rows, others, device, lens=lens)
+    fb = mlp_synced_batch(setup, backend, rows, others, device, lens=lens)
     _pools_of(setup, fb)
     bs = int(fb.batch_size)
     q = shape.queries(bs, gen, device)

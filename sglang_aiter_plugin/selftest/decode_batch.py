@@ -8,23 +8,20 @@ methods). Importing this module imports neither torch nor sglang.
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Batch", "DecodeBatch", "draft_batch", "draft_metadata"]
+__all__ = ["Batch", "DecodeBatch", "draft_metadata"]
 
 
 class Batch(SimpleNamespace):
-    """The ForwardBatch fields a backend reads; any other field reads as None (and is listed)."""
-
-    defaulted: ClassVar[set[str]] = set()
+    """The ForwardBatch fields a backend reads; any other field reads as None."""
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        Batch.defaulted.add(name)
         return None
 
 
@@ -104,22 +101,6 @@ class DecodeBatch:
         graph, out = captured
         graph.replay()
         return out
-
-
-def draft_batch(runner: Any, bs: int, device: str, seq_len: int = 9) -> Batch:
-    """What the EAGLE draft graph runner hands the multi-step draft wrapper for ``bs`` sequences
-    of ``seq_len`` tokens each (all in request slot 0)."""
-    import torch
-    from sglang.srt.model_executor.forward_batch_info import ForwardMode
-
-    seq = torch.full((bs,), seq_len, device=device)
-    return Batch(
-        batch_size=bs, seq_lens=seq, seq_lens_cpu=seq.cpu(), seq_lens_sum=seq_len * bs,
-        req_pool_indices=torch.zeros(bs, dtype=torch.int64, device=device), positions=seq,
-        forward_mode=ForwardMode.DECODE, spec_info=Batch(),
-        input_ids=torch.zeros(bs, dtype=torch.int64, device=device),
-        req_to_token_pool=runner.req_to_token_pool,
-    )
 
 
 def draft_metadata(draft: Any, fb: Batch) -> None:

@@ -4,8 +4,9 @@ Importing this module imports neither torch nor sglang.
 With DP attention (and whenever sglang needs a gathered buffer) every scheduler step goes through
 ``ForwardBatch.prepare_mlp_sync_batch`` before the eager forward: each rank's token count is
 aligned to the attention-TP size and a decode or idle batch then *has* that many rows
-(``batch_size = num_tokens``). :func:`mlp_synced_batch` builds a real ``ForwardBatch`` for one rank,
-gives it the token counts the other ranks reported, and runs sglang's real method on it.
+(``batch_size = num_tokens``). :func:`mlp_synced_batch` builds a real decode ``ForwardBatch`` for
+one rank, gives it the token counts the other ranks reported, and runs sglang's real method on it
+(:func:`mlp_synced`; the tests' other modes are in ``testkit/batches.py``).
 
 What cannot exist on a machine without GPUs or a process group is stated, not faked in sglang's
 code: the rank's place in the DP group (no distributed groups here), the gathered buffer's element
@@ -28,44 +29,26 @@ if TYPE_CHECKING:
 
     from sglang_aiter_plugin.selftest.sglang_setup import Setup
 
-__all__ = ["SEQ_LEN", "mlp_synced_batch", "plain_batch"]
+__all__ = ["SEQ_LEN", "mlp_synced", "mlp_synced_batch", "plain_batch"]
 
 SEQ_LEN = 7
 """Tokens already in each request's KV cache in the batches built here."""
 
 
-def plain_batch(
-    mode: str,
-    rows: int,
-    device: str = "cpu",
-    *,
-    extend_len: int = 3,
-    lens: list[int] | None = None,
-) -> Any:
-    """A ``ForwardBatch`` of ``rows`` requests in ``mode`` (``decode``, ``extend``, ``idle``,
-    ``draft-extend``: only its size is used, its draft input is a stand-in).
-
-    Request ``i`` sits in request slot ``i``; decode rows have :data:`SEQ_LEN` tokens, extend
-    rows add ``extend_len`` new tokens to a prefix of :data:`SEQ_LEN` - ``extend_len``. ``lens``
-    gives each request its own length instead (at least ``extend_len`` for extend rows).
-    """
+def plain_batch(rows: int, device: str = "cpu", *, lens: list[int] | None = None,
+                forward_mode: Any = None, tokens: int | None = None) -> Any:
+    """A decode ``ForwardBatch`` of ``rows`` requests, request ``i`` in request slot ``i`` with
+    :data:`SEQ_LEN` tokens (``lens``: each its own length). ``forward_mode`` and ``tokens`` (the
+    batch's new tokens, one a row by default) give another mode's batch its size."""
     import torch
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
-    forward_mode = {
-        "decode": ForwardMode.DECODE,
-        "extend": ForwardMode.EXTEND,
-        "idle": ForwardMode.IDLE,
-        "draft-extend": ForwardMode.DRAFT_EXTEND_V2,
-    }[mode]
-    if mode == "idle":
-        rows = 0
-    tokens = rows * (extend_len if mode in ("extend", "draft-extend") else 1)
+    tokens = rows if tokens is None else tokens
     if lens is None:
         lens = [SEQ_LEN] * rows
     seq = torch.tensor(lens[:rows], dtype=torch.int64, device=device)
     fb = ForwardBatch(
-        forward_mode=forward_mode,
+        forward_mode=ForwardMode.DECODE if forward_mode is None else forward_mode,
         batch_size=rows,
         input_ids=torch.zeros(tokens, dtype=torch.int64, device=device),
         req_pool_indices=torch.arange(rows, dtype=torch.int64, device=device),
@@ -76,45 +59,35 @@ def plain_batch(
         positions=torch.zeros(tokens, dtype=torch.int64, device=device),
     )
     fb.lora_ids = [None] * rows  # as ForwardBatch.init_new copies it from a batch without LoRA
-    if mode == "draft-extend":  # EAGLE's draft extend: extend_len draft tokens per request
-        fb.spec_info = types.SimpleNamespace(
-            num_tokens_per_req=extend_len, is_draft_input=lambda: True, hidden_states=None,
-            topk_p=None, topk_index=None, pad_batch=lambda pad, bs: None,
-        )
-    if mode == "extend":
-        prefix = [n - extend_len for n in lens[:rows]]
-        fb.extend_num_tokens = tokens
-        fb.extend_seq_lens = torch.full((rows,), extend_len, dtype=torch.int32, device=device)
-        fb.extend_prefix_lens = torch.tensor(prefix, dtype=torch.int32, device=device)
-        fb.extend_start_loc = torch.arange(0, tokens, extend_len, dtype=torch.int32, device=device)
-        fb.extend_seq_lens_cpu = [extend_len] * rows
-        fb.extend_prefix_lens_cpu = prefix
-        fb.extend_logprob_start_lens_cpu = list(prefix)
     return fb
 
 
 def mlp_synced_batch(
     setup: Setup,
     backend: Any,
-    mode: str,
     rows: int,
     others: list[int],
     device: str = "cpu",
     *,
     lens: list[int] | None = None,
 ) -> Any:
-    """This rank's batch after sglang's ``prepare_mlp_sync_batch`` (where the configuration has
-    MLP sync; otherwise the batch as the eager forward gets it, unpadded).
+    """This rank's decode batch of ``rows`` requests (:func:`plain_batch`) after sglang's
+    ``prepare_mlp_sync_batch`` (:func:`mlp_synced`)."""
+    return mlp_synced(setup, backend, plain_batch(rows, device, lens=lens), others, device)
 
-    ``rows``: this rank's requests; ``others``: the token counts the other DP ranks reported
-    (one entry per rank). ``backend`` is what the model runner would hold as ``attn_backend``
-    (sglang reads its padding fill value from it). ``lens``: as for :func:`plain_batch`.
+
+def mlp_synced(setup: Setup, backend: Any, fb: Any, others: list[int], device: str = "cpu") -> Any:
+    """``fb`` after sglang's ``prepare_mlp_sync_batch`` (where the configuration has MLP sync;
+    otherwise as the eager forward gets it, unpadded).
+
+    ``others``: the token counts the other DP ranks reported (one entry per rank). ``backend`` is
+    what the model runner would hold as ``attn_backend`` (sglang reads its padding fill value
+    from it).
     """
     import torch
 
     from sglang_aiter_plugin.backend.capacity import requires_mlp_sync
 
-    fb = plain_batch(mode, rows, device, lens=lens)
     if not requires_mlp_sync(setup.server_args):
         return fb  # the scheduler sends no token counts; sglang's eager forward pads nothing
     counts = [int(fb.input_ids.shape[0]), *others]
@@ -122,9 +95,7 @@ def mlp_synced_batch(
     fb.global_num_tokens_for_logprob_cpu = list(counts)
     fb.global_num_tokens_gpu = torch.tensor(counts, dtype=torch.int64, device=device)
     fb.global_num_tokens_for_logprob_gpu = torch.tensor(counts, dtype=torch.int64, device=device)
-    fb.is_extend_in_batch = mode == "extend" or any(
-        f.forward_mode.is_extend() for f in [fb] if f.forward_mode is not None
-    )
+    fb.is_extend_in_batch = fb.forward_mode.is_extend()
     runner = setup.runner
     runner.attn_backend = backend
     if not hasattr(runner, "attn_tp_sequence_sharded"):

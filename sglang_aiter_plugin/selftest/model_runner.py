@@ -39,7 +39,36 @@ class ModelRunnerStandIn:
 
 def _kwargs_for(cls: Any, **candidates: Any) -> dict[str, Any]:
     """The candidates ``cls.__init__`` accepts (constructor signatures vary by release)."""
-    accepted = inspect.signature(cls.__init__).parameters
+    return _kwargs_for_function(cls.__init__, **candidates)
+
+
+def _kv_cache_dtype(server_args: Any, model_dtype: torch.dtype) -> torch.dtype:
+    """The KV pool's element type for ``--kv-cache-dtype``, by sglang's own rule (``auto``: the
+    model's type; no weights are loaded, so no checkpoint's KV quantization applies)."""
+    choice = str(getattr(server_args, "kv_cache_dtype", "auto") or "auto")
+    if choice == "auto":
+        return model_dtype
+    try:
+        from sglang.srt.mem_cache import kv_cache_dtype as rule
+    except ImportError:  # older releases: a ModelRunner method
+        from types import SimpleNamespace
+
+        from sglang.srt.model_executor.model_runner import ModelRunner
+
+        holder = SimpleNamespace(server_args=server_args, model=None, dtype=model_dtype)
+        ModelRunner.configure_kv_cache_dtype(holder)
+        resolved: torch.dtype = holder.kv_cache_dtype
+        return resolved
+    fn = rule.configure_kv_cache_dtype
+    _, resolved = fn(**_kwargs_for_function(
+        fn, server_args_kv_cache_dtype=choice, model=None, model_dtype=model_dtype,
+        is_draft_worker=False, is_dflash=False, speculative_draft_attention_backend=None,
+        speculative_draft_kv_cache_dtype=None))
+    return resolved
+
+
+def _kwargs_for_function(fn: Any, **candidates: Any) -> dict[str, Any]:
+    accepted = inspect.signature(fn).parameters
     return {k: v for k, v in candidates.items() if k in accepted}
 
 
@@ -65,6 +94,7 @@ def build_model_runner(
 
     model_config = ModelConfig.from_server_args(server_args)
     dtype = model_config.dtype
+    kv_dtype = _kv_cache_dtype(server_args, dtype)
     page_size = int(server_args.page_size or 1)
     context = int(model_config.context_len)
     req_pool = ReqToTokenPool(
@@ -84,7 +114,7 @@ def build_model_runner(
                 MLATokenToKVPool,
                 size=kv_size,
                 page_size=page_size,
-                dtype=dtype,
+                dtype=kv_dtype,
                 kv_lora_rank=model_config.kv_lora_rank,
                 qk_rope_head_dim=model_config.qk_rope_head_dim,
                 layer_num=layers,
@@ -98,7 +128,7 @@ def build_model_runner(
                 MHATokenToKVPool,
                 size=kv_size,
                 page_size=page_size,
-                dtype=dtype,
+                dtype=kv_dtype,
                 head_num=model_config.get_num_kv_heads(attn_tp_size),
                 head_dim=model_config.head_dim,
                 layer_num=layers,
@@ -111,7 +141,7 @@ def build_model_runner(
         **_kwargs_for(
             TokenToKVPoolAllocator,
             size=kv_size,
-            dtype=dtype,
+            dtype=kv_dtype,
             device=device,
             kvcache=kv_pool,
             need_sort=False,
@@ -124,7 +154,7 @@ def build_model_runner(
         token_to_kv_pool=kv_pool,
         token_to_kv_pool_allocator=allocator,
         device=device,
-        kv_cache_dtype=dtype,
+        kv_cache_dtype=kv_dtype,
         dtype=dtype,
         page_size=page_size,
     )

@@ -99,7 +99,9 @@ def as_json(run: Run) -> str:
         "host": run.host,
         "options": {"device": run.options.device, "upstream_unsafe": run.options.unsafe,
                     "timeout_s": run.options.timeout, "jobs": run.options.jobs,
-                    "gpu_mib": run.options.gpu_mib},
+                    "gpu_mib": run.options.gpu_mib,
+                    **({"sglang_args": list(run.options.sglang_args)}
+                       if run.options.sglang_args else {})},
         "seconds": round(run.seconds, 1),
         "cases": [{"case": r.case.name, "describes": r.case.describe(),
                    "seconds": round(r.seconds, 1), **{k: r.outcomes.get(k) for k in KINDS}}

@@ -56,6 +56,9 @@ class Options:
     gpu_mib: int = 4096
     isolate: bool = False
     """One worker per case instead of one per backend."""
+    sglang_args: tuple[str, ...] = ()
+    """The operator's sglang server arguments (:mod:`.deployment`); none: the self-test's own
+    cases."""
 
 
 @dataclass
@@ -102,11 +105,13 @@ CHILD = (sys.executable, "-m", "sglang_aiter_plugin.selftest.child")
 """The worker's command line (the device follows)."""
 
 
-def selftest(options: Options, on_case: Callable[[Row], None] | None = None) -> Run:
-    """Run the cases (``on_case`` is called with each row as its last outcome comes in); never
-    raises for what a worker does."""
+def selftest(options: Options, on_case: Callable[[Row], None] | None = None,
+             planned: tuple[Case, ...] = CASES) -> Run:
+    """Run the cases of ``planned`` (those ``options.only`` names; :mod:`.deployment` plans the
+    cases of ``options.sglang_args``); ``on_case`` is called with each row as its last outcome
+    comes in. Never raises for what a worker does."""
     started = time.monotonic()
-    cases = by_name(list(options.only)) if options.only else list(CASES)
+    cases = by_name(list(options.only), planned) if options.only else list(planned)
     run = Run({}, [Row(c) for c in cases], options)
     _Cases(run, on_case or (lambda row: None)).run()
     run.seconds = time.monotonic() - started
@@ -127,7 +132,9 @@ class _Cases:
         pending: dict[str, list[Row]] = {kind: [] for kind in KINDS}
         for row in self.run_.rows:
             for kind in KINDS:
-                if row.case.needs_gpu and options.device == "cpu":
+                if row.case.skip:
+                    self._done(row, kind, _decided("skipped", row.case.skip), 0.0)
+                elif row.case.needs_gpu and options.device == "cpu":
                     self._done(row, kind, _decided(
                         "skipped", "graph capture needs a GPU (--device cpu runs the eager and "
                         "metadata cases)"), 0.0)
@@ -161,6 +168,7 @@ class _Cases:
                         return
                 begun = time.monotonic()
                 outcome = worker.run({"case": row.case.name, "kind": kind,
+                                      "sglang_args": list(options.sglang_args),
                                       "unsafe": options.unsafe, "gpu_mib": options.gpu_mib,
                                       "env": environment_for(row.case)}, options.timeout)
                 self._done(row, kind, outcome, time.monotonic() - begun)

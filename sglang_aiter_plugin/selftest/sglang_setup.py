@@ -20,7 +20,7 @@ from packaging.version import Version
 from sglang_aiter_plugin._errors import AiterExtError
 
 __all__ = ["SCENARIOS", "Scenario", "Setup", "SglangMissingError", "configure", "graphs_off",
-           "write_model_dir"]
+           "server_argv", "write_model_dir"]
 
 
 class SglangMissingError(AiterExtError, RuntimeError):
@@ -107,6 +107,15 @@ class Scenario:
     old_flags: tuple[str, ...]
     """Flags for older releases (``--dp-size`` with ``--enable-dp-attention``)."""
     attn_tp_size: int
+    attn_dp_size: int | None = None
+    """Attention-DP size; ``None``: 2 where attention TP is above 1 (DP attention over two groups,
+    as the scenarios here configure it), else 1."""
+
+    @property
+    def dp(self) -> int:
+        if self.attn_dp_size is not None:
+            return self.attn_dp_size
+        return 2 if self.attn_tp_size > 1 else 1
 
 
 SCENARIOS = {
@@ -154,33 +163,35 @@ def configure(
     *,
     device: str = "cpu",
     pool: int = POOL,
+    capture: tuple[str, ...] | None = CAPTURE_LIST,
 ) -> Setup:
     """Parse, publish and size as a scheduler would; return the runner stand-in and the capture
-    sizes. Leave ``Setup.scope`` to undo the publication's overrides."""
+    sizes (``capture``: the decode graph sizes asked for; ``None``: sglang's own choice from the
+    flags). Leave ``Setup.scope`` to undo the publication's overrides."""
     from sglang.srt.server_args import prepare_server_args
 
     from sglang_aiter_plugin.selftest.model_runner import build_model_runner
 
     new = _sglang_version() >= Version("0.5.17")  # runtime_context.publish
     flags = scenario.new_flags if _sglang_version() >= Version("0.5.22") else scenario.old_flags
-    argv = [
-        "--model-path",
-        str(model_dir),
-        "--attention-backend",
-        "aiter",
-        "--cuda-graph-bs-decode" if _sglang_version() >= Version("0.5.15") else "--cuda-graph-bs",
-        *CAPTURE_LIST,
-        "--skip-server-warmup",
-        "--device",
-        device,
-        *flags,
-        *extra,
-    ]
-    server_args = prepare_server_args(argv)
+    server_args = prepare_server_args(server_argv(model_dir, (*flags, *extra), device, capture))
     scope = contextlib.ExitStack()
     _publish(server_args, scenario, new, scope)
     runner = build_model_runner(server_args, pool, device, attn_tp_size=scenario.attn_tp_size)
     return Setup(server_args, runner, _capture_bs(runner), scope)
+
+
+def server_argv(model_dir: Path, flags: tuple[str, ...], device: str,
+                capture: tuple[str, ...] | None = CAPTURE_LIST) -> list[str]:
+    """The command line :func:`configure` hands sglang's parser: the model, sglang's ``aiter``
+    backend (each case builds its own class on it), ``capture`` and ``device``, then ``flags``."""
+    graph_sizes: tuple[str, ...] = ()
+    if capture is not None:
+        option = ("--cuda-graph-bs-decode" if _sglang_version() >= Version("0.5.15")
+                  else "--cuda-graph-bs")
+        graph_sizes = (option, *capture)
+    return ["--model-path", str(model_dir), "--attention-backend", "aiter", *graph_sizes,
+            "--skip-server-warmup", "--device", device, *flags]
 
 
 def _publish(server_args: Any, scenario: Scenario, new: bool, scope: contextlib.ExitStack) -> None:
@@ -202,7 +213,7 @@ def _publish(server_args: Any, scenario: Scenario, new: bool, scope: contextlib.
             attn_tp_size=scenario.attn_tp_size,
             attn_tp_rank=0,
             attn_cp_size=1,
-            attn_dp_size=2 if scenario.attn_tp_size > 1 else 1,
+            attn_dp_size=scenario.dp,
         )
     )
 

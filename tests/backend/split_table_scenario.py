@@ -54,7 +54,7 @@ class Captured:
 def _eager_decodes(backend: Any, shape: RowShape, setup: Setup, totals: range) -> None:
     """One eager decode (sglang's ``init_forward_metadata``) per KV total: a new cache key each."""
     for total in totals:
-        fb = plain_batch("decode", 1, lens=[total])
+        fb = plain_batch(1, lens=[total])
         fb.req_to_token_pool = setup.runner.req_to_token_pool
         fb.token_to_kv_pool = setup.runner.token_to_kv_pool
         backend.init_forward_metadata(fb)

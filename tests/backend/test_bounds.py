@@ -132,7 +132,8 @@ def test_a_method_without_a_batch_size_is_named() -> None:
 SCRIPT = """
 import os, hashlib, pathlib, tempfile, torch
 from testkit.sglang_setup import SCENARIOS, POOL, configure, write_model_dir
-from sglang_aiter_plugin.selftest.decode_batch import DecodeBatch, draft_batch, draft_metadata
+from sglang_aiter_plugin.selftest.decode_batch import DecodeBatch, draft_metadata
+from testkit.batches import draft_batch
 from testkit.doubles import aiter_backend_imports
 from sglang.srt.layers.attention import aiter_backend
 from sglang_aiter_plugin.backend.graph_metadata import METADATA_METHODS

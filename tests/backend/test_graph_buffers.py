@@ -284,7 +284,8 @@ import torch
 from sglang.srt.layers.attention import aiter_backend
 from testkit.doubles import aiter_backend_imports
 from testkit.batch_paths import SCENARIOS, graph_max
-from sglang_aiter_plugin.selftest.decode_batch import draft_batch, draft_metadata
+from sglang_aiter_plugin.selftest.decode_batch import draft_metadata
+from testkit.batches import draft_batch
 from testkit.sglang_setup import configure, write_model_dir
 from tests.compat.buffer_widths import _fill_table, _guard
 from sglang_aiter_plugin.backend.classes import AiterExtMultiStepDraftBackend

@@ -83,8 +83,9 @@ def _draft_outcome(kind: str, setup: Any) -> str:
     from sglang.srt.layers.attention.aiter_backend import AiterMultiStepDraftBackend
 
     from sglang_aiter_plugin.backend.classes import AiterExtMultiStepDraftBackend
-    from sglang_aiter_plugin.selftest.decode_batch import draft_batch, draft_metadata
+    from sglang_aiter_plugin.selftest.decode_batch import draft_metadata
     from testkit.batch_paths import graph_max
+    from testkit.batches import draft_batch
 
     cls = AiterExtMultiStepDraftBackend if kind == "aiter-ext" else AiterMultiStepDraftBackend
     bs = graph_max(setup)
@@ -118,11 +119,11 @@ def _draft_outcome(kind: str, setup: Any) -> str:
 
 
 def _eager(kind: str, setup: Any, path: str, mode: str, rows: int, other: int) -> tuple[int, str]:
-    from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced_batch
     from testkit.batch_paths import build_backend, check_metadata
+    from testkit.batches import synced_batch
 
     backend = build_backend(kind, setup, path, graphs=False)
-    fb = mlp_synced_batch(setup, backend, mode, rows, [other])
+    fb = synced_batch(setup, backend, mode, rows, [other])
     if mode == "draft-extend":
         return int(fb.batch_size), "-"
     error, wrong = check_metadata(backend, fb, path)

@@ -17,7 +17,13 @@ from typing import Any
 
 from benchmarks._format import fmt, header
 from benchmarks.render_capacity import pool_capacity
-from benchmarks.render_gpu import backend_gpu, bounds_check, page_table_fill_gpu, server_gpu
+from benchmarks.render_gpu import (
+    backend_gpu,
+    bounds_check,
+    mla_eager_gpu,
+    page_table_fill_gpu,
+    server_gpu,
+)
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
@@ -191,6 +197,7 @@ SECTIONS: dict[str, Section] = {
     "collectives_overhead": _collectives_overhead,
     "backend_gpu": backend_gpu,
     "page_table_fill_gpu": page_table_fill_gpu,
+    "mla_eager_gpu": mla_eager_gpu,
     "bounds_check": bounds_check,
     "pool_capacity": pool_capacity,
     "server_gpu": server_gpu,

@@ -151,3 +151,28 @@ def page_table_fill_gpu(data: dict[str, Any], _: Path) -> list[str]:
             f"{r['noise_gpu']:.3f} | {u['aiter']['median']:.1f} / "
             f"{u['aiter-ext']['median']:.1f} | **{r['ratio_cpu']:.3f}** | {r['noise_cpu']:.3f} |")
     return [*lines, ""]
+
+
+def mla_eager_gpu(data: dict[str, Any], _: Path) -> list[str]:
+    """What holding the MLA split tables costs an eager decode step
+    (``benchmarks/mla_eager_gpu.py``)."""
+    lines = [f"## An eager MLA decode step on {data['gpu']}: `mla-split-table`'s cost", "",
+             *header(data),
+             "One layer's eager decode (`init_forward_metadata` + `forward_decode`) through "
+             f"aiter's own `mla.py` ({data['aiter']}; its cache and Triton stage 2, a torch "
+             "stage 1), "
+             f"{data['heads']} heads, bf16 KV, {data['length']} tokens a request, after both "
+             f"backends' graph set-up. {data['rounds']} interleaved rounds after 20 warm-up "
+             f"rounds; medians. aiter-ext's graph set-up reported: `{data['status']}`. A replay "
+             "runs no Python, so this is the whole of the fix's per-step cost. Noise: `aiter` "
+             "timed twice.", "",
+             "| requests | CPU µs aiter / aiter-ext | ratio | noise | GPU µs aiter / aiter-ext "
+             "| ratio | noise |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for n, r in data["per_n"].items():
+        g, u = r["gpu_us"], r["cpu_us"]
+        lines.append(
+            f"| {n} | {u['aiter']['median']:.1f} / {u['aiter-ext']['median']:.1f} | "
+            f"**{r['ratio_cpu']:.4f}** | {r['noise_cpu']:.4f} | {g['aiter']['median']:.1f} / "
+            f"{g['aiter-ext']['median']:.1f} | **{r['ratio_gpu']:.4f}** | {r['noise_gpu']:.4f} |")
+    return [*lines, ""]

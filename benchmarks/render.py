@@ -22,6 +22,7 @@ from benchmarks.render_gpu import (
     bounds_check,
     mla_eager_gpu,
     page_table_fill_gpu,
+    selftest_wall,
     server_gpu,
 )
 
@@ -198,6 +199,7 @@ SECTIONS: dict[str, Section] = {
     "backend_gpu": backend_gpu,
     "page_table_fill_gpu": page_table_fill_gpu,
     "mla_eager_gpu": mla_eager_gpu,
+    "selftest_wall": selftest_wall,
     "bounds_check": bounds_check,
     "pool_capacity": pool_capacity,
     "server_gpu": server_gpu,

@@ -176,3 +176,18 @@ def mla_eager_gpu(data: dict[str, Any], _: Path) -> list[str]:
             f"**{r['ratio_cpu']:.4f}** | {r['noise_cpu']:.4f} | {g['aiter']['median']:.1f} / "
             f"{g['aiter-ext']['median']:.1f} | **{r['ratio_gpu']:.4f}** | {r['noise_gpu']:.4f} |")
     return [*lines, ""]
+
+
+def selftest_wall(data: dict[str, Any], _: Path) -> list[str]:
+    """The self-test's wall time against one sglang import (``benchmarks/selftest_wall.py``)."""
+    imp, st = data["import_s"], data["selftest_s"]
+    lines = [f"## `sglang-aiter-plugin selftest` on {data['gpu']}: wall time", "",
+             *header(data),
+             "Side by side in one run: a fresh process that runs sglang's plugin loader and "
+             "imports sglang's aiter backend module, and `python -m sglang_aiter_plugin selftest` "
+             "with its default options (the kernel doubles as `gpu/run_selftest_evidence.sh` "
+             f"installs them); {imp['n']} round(s), medians.", "",
+             "| one import | the self-test | ratio | goal |", "| --- | --- | --- | --- |",
+             f"| {imp['median']:.1f} s | {st['median']:.1f} s | **{data['ratio']:.2f}** | "
+             f"at most {data['goal']} |"]
+    return [*lines, ""]

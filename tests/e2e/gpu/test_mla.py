@@ -5,8 +5,13 @@ reduce; the HIP stage 1 a capture-safe torch double). The workload is aiter#4587
 small batches (graphs), a burst of eager decodes above the largest graph with more than 128
 distinct KV totals (each a new key of aiter's 128-entry cache, which evicts and frees every
 graph's split table), sglang's ``/flush_cache``, then small batches again (graphs). ``aiter-ext``
-answers as sglang's ``triton`` backend throughout; upstream ``aiter`` after the burst is a strict
-expected failure.
+answers as sglang's ``triton`` backend throughout, and holds the tables its graphs read.
+
+Upstream ``aiter`` replays graphs whose split tables the burst evicted and freed (shown here), but
+whether its answers then go wrong depends on whether the allocator hands that memory out again
+before a replay: on an H100 (2026-12-07, ``gpu/results/server_graphs.md``) it did not, and
+upstream's answers after the burst stayed right, so no test here claims they go wrong. The
+wrong answers, with the freed memory reused, are shown by ``gpu/mla_split_table.py``.
 
 Needs :data:`~testkit.doubles.server_plugin.AITER_MLA_TREE_VAR` naming an aiter tree with
 ``aiter/mla.py`` (``gpu/run_server_evidence.sh`` names ``.gpu-carry/aiter-e4048607``)."""
@@ -114,17 +119,3 @@ def test_aiter_ext_graph_setup_holds_the_split_tables(gpu_served: Served) -> Non
 def test_upstream_answers_as_the_reference_before_the_eviction(gpu_served: Served) -> None:
     worst = _before_the_eviction(gpu_served("mla/aiter"), gpu_served("mla/triton"))
     print(f"upstream aiter vs triton before the eviction: {worst}")
-
-
-@pytest.mark.servers("mla/triton", "mla/aiter")
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="aiter#4587 (open; #5193, #5194): upstream aiter's MLA decode graphs "
-                          "read split tables that aiter's get_meta_param cache evicted and freed")
-def test_upstream_answers_as_the_reference_after_the_eviction(gpu_served: Served) -> None:
-    run, reference = gpu_served("mla/aiter"), gpu_served("mla/triton")
-    if reference.failure is not None or "eviction-burst" not in run.answers:
-        pytest.fail(f"not the expected failure: reference {reference.failure}; upstream before "
-                    f"the burst ended {run.failure}")
-    assert "small-after" in run.answers, f"upstream failed after the burst: {run.failure}"
-    workload.compare(run.answers["small-after"], reference.answers["small-after"],
-                     "small-after", GPU_LOGPROB_TOL)

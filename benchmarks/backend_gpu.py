@@ -22,6 +22,7 @@ second name).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -72,17 +73,19 @@ def _padded_need(ext: Any, upstream: Any) -> dict[str, int]:
     return need
 
 
-def _time_metadata(batches: dict[str, Any], in_capture: bool, rounds: int
-                   ) -> dict[str, dict[str, list[float]]]:
-    gpu: dict[str, list[float]] = {k: [] for k in batches}
-    cpu: dict[str, list[float]] = {k: [] for k in batches}
+def time_calls(calls: dict[str, Callable[[], Any]], rounds: int
+               ) -> dict[str, dict[str, list[float]]]:
+    """Each call of ``calls`` timed ``rounds`` times, interleaved, after 20 warm-up rounds:
+    GPU time (CUDA events) and CPU time, in microseconds, per name."""
+    gpu: dict[str, list[float]] = {k: [] for k in calls}
+    cpu: dict[str, list[float]] = {k: [] for k in calls}
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for i in range(rounds + 20):  # 20 warm-up rounds, not recorded
-        for name, batch in batches.items():
+        for name, call in calls.items():
             torch.cuda.synchronize()
             start.record()
             t0 = time.perf_counter()
-            batch.metadata(in_capture=in_capture)
+            call()
             t1 = time.perf_counter()
             end.record()
             end.synchronize()
@@ -90,6 +93,12 @@ def _time_metadata(batches: dict[str, Any], in_capture: bool, rounds: int
                 cpu[name].append((t1 - t0) * 1e6)
                 gpu[name].append(start.elapsed_time(end) * 1e3)
     return {"gpu_us": gpu, "cpu_us": cpu}
+
+
+def _time_metadata(batches: dict[str, Any], in_capture: bool, rounds: int
+                   ) -> dict[str, dict[str, list[float]]]:
+    return time_calls({name: functools.partial(batch.metadata, in_capture=in_capture)
+                       for name, batch in batches.items()}, rounds)
 
 
 def _capture_all(backend: Any, setup: Any) -> float:

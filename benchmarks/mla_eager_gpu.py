@@ -19,14 +19,13 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from benchmarks._format import run_facts
-from benchmarks.backend_gpu import _summarise
+from benchmarks.backend_gpu import _summarise, time_calls
 from gpu import buffer_pool_graphs as harness  # blocks aiter first
 from gpu.mla_split_table import _model
 from sglang_aiter_plugin.selftest.decode import RowShape, build_backend
@@ -65,22 +64,7 @@ def run(setup: Any, rounds: int) -> dict[str, Any]:
         steps = {name: _step(backends[kind], RowShape(backends[kind], setup), setup, n)
                  for name, kind in (("aiter", "upstream"), ("aiter-ext", "aiter-ext"),
                                     ("aiter (again)", "upstream"))}
-        gpu: dict[str, list[float]] = {k: [] for k in steps}
-        cpu: dict[str, list[float]] = {k: [] for k in steps}
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for i in range(rounds + 20):  # 20 warm-up rounds, not recorded
-            for name, step in steps.items():
-                torch.cuda.synchronize()
-                start.record()
-                t0 = time.perf_counter()
-                step()
-                t1 = time.perf_counter()
-                end.record()
-                end.synchronize()
-                if i >= 20:
-                    cpu[name].append((t1 - t0) * 1e6)
-                    gpu[name].append(start.elapsed_time(end) * 1e3)
-        summary = _summarise({"gpu_us": gpu, "cpu_us": cpu})
+        summary = _summarise(time_calls(steps, rounds))
         out["per_n"][str(n)] = summary
         print(f"  n={n}: cpu ratio {summary['ratio_cpu']:.3f} (noise {summary['noise_cpu']:.3f}),"
               f" gpu ratio {summary['ratio_gpu']:.3f} (noise {summary['noise_gpu']:.3f})",

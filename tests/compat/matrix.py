@@ -44,7 +44,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "attention backend": ("tests/fixes/attention_backend/", "tests/test_rebind.py",
                           "tests/test_ledger.py"),
     "buffer pool": ("tests/backend/",),
-    "collectives": ("tests/fixes/collectives/",),
+    "collectives": ("tests/fixes/collectives/", "tests/test_other_plugins.py"),
     "selftest": ("tests/selftest/",),
     "faults": ("tests/test_faults", "tests/test_doubles.py", "tests/test_benchmarks.py"),
     "e2e": ("tests/e2e/",),

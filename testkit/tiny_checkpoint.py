@@ -12,11 +12,12 @@ data-parallel attention on every release that has both (Llama splits by the full
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-__all__ = ["CONFIG", "write_checkpoint"]
+__all__ = ["CONFIG", "mlp_and_norms", "save_checkpoint", "write_checkpoint"]
 
 CONFIG: dict[str, object] = {
     "architectures": ["Qwen3ForCausalLM"],
@@ -66,21 +67,33 @@ def _tensors(seed: int) -> dict[str, torch.Tensor]:
             p + "self_attn.o_proj.weight": normal(hidden, heads * head_dim),
             p + "self_attn.q_norm.weight": torch.ones(head_dim),
             p + "self_attn.k_norm.weight": torch.ones(head_dim),
-            p + "mlp.gate_proj.weight": normal(inter, hidden),
-            p + "mlp.up_proj.weight": normal(inter, hidden),
-            p + "mlp.down_proj.weight": normal(hidden, inter),
-            p + "input_layernorm.weight": torch.ones(hidden),
-            p + "post_attention_layernorm.weight": torch.ones(hidden),
+            **mlp_and_norms(p, normal, hidden, inter),
         })
     return out
 
 
-def write_checkpoint(root: Path, *, seed: int = 0) -> Path:
+def mlp_and_norms(prefix: str, normal: Callable[..., torch.Tensor], hidden: int,
+                  inter: int) -> dict[str, torch.Tensor]:
+    """A decoder layer's dense gated MLP and its two norms, under ``prefix``."""
+    return {prefix + "mlp.gate_proj.weight": normal(inter, hidden),
+            prefix + "mlp.up_proj.weight": normal(inter, hidden),
+            prefix + "mlp.down_proj.weight": normal(hidden, inter),
+            prefix + "input_layernorm.weight": torch.ones(hidden),
+            prefix + "post_attention_layernorm.weight": torch.ones(hidden)}
+
+
+def save_checkpoint(root: Path, config: dict[str, object],
+                    tensors: dict[str, torch.Tensor]) -> Path:
     """Write ``config.json`` and ``model.safetensors`` under ``root``; return ``root``."""
     from safetensors.torch import save_file
 
     root.mkdir(parents=True, exist_ok=True)
-    (root / "config.json").write_text(json.dumps(CONFIG, indent=1))
-    save_file({k: v.contiguous() for k, v in _tensors(seed).items()},
+    (root / "config.json").write_text(json.dumps(config, indent=1))
+    save_file({k: v.contiguous() for k, v in tensors.items()},
               str(root / "model.safetensors"), metadata={"format": "pt"})
     return root
+
+
+def write_checkpoint(root: Path, *, seed: int = 0) -> Path:
+    """This Qwen3's ``config.json`` and ``model.safetensors`` under ``root``; return ``root``."""
+    return save_checkpoint(root, CONFIG, _tensors(seed))

@@ -18,10 +18,11 @@ float32 safetensors, names as sglang's ``DeepseekV2ForCausalLM.load_weights`` ex
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
+
+from testkit.tiny_checkpoint import mlp_and_norms, save_checkpoint
 
 __all__ = ["CONFIG", "write_checkpoint"]
 
@@ -88,21 +89,11 @@ def _tensors(seed: int) -> dict[str, torch.Tensor]:
             p + "self_attn.kv_a_layernorm.weight": torch.ones(latent),
             p + "self_attn.kv_b_proj.weight": normal(heads * (nope + value), latent),
             p + "self_attn.o_proj.weight": normal(hidden, heads * value),
-            p + "mlp.gate_proj.weight": normal(inter, hidden),
-            p + "mlp.up_proj.weight": normal(inter, hidden),
-            p + "mlp.down_proj.weight": normal(hidden, inter),
-            p + "input_layernorm.weight": torch.ones(hidden),
-            p + "post_attention_layernorm.weight": torch.ones(hidden),
+            **mlp_and_norms(p, normal, hidden, inter),
         })
     return out
 
 
 def write_checkpoint(root: Path, *, seed: int = 0) -> Path:
-    """Write ``config.json`` and ``model.safetensors`` under ``root``; return ``root``."""
-    from safetensors.torch import save_file
-
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "config.json").write_text(json.dumps(CONFIG, indent=1))
-    save_file({k: v.contiguous() for k, v in _tensors(seed).items()},
-              str(root / "model.safetensors"), metadata={"format": "pt"})
-    return root
+    """This model's ``config.json`` and ``model.safetensors`` under ``root``; return ``root``."""
+    return save_checkpoint(root, CONFIG, _tensors(seed))

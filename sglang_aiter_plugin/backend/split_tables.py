@@ -98,10 +98,11 @@ def decide(kernel: Any) -> tuple[FixState, str]:
         "(aiter#4587): aiter-ext holds each table its graphs read for as long as it holds them")
 
 
-def kernel_of(cls: type) -> Any:
-    """The ``mla_decode_fwd`` that ``cls``'s methods call (``None`` where none does, or where
-    aiter's MLA decode did not import into sglang's module)."""
-    methods = callers(cls)
+def kernel_of(cls: type, methods: dict[str, types.FunctionType] | None = None) -> Any:
+    """The ``mla_decode_fwd`` that ``cls``'s methods (``methods``: its :func:`callers`, where
+    already found) call: ``None`` where none does, or where aiter's MLA decode did not import
+    into sglang's module."""
+    methods = callers(cls) if methods is None else methods
     return next(iter(methods.values())).__globals__.get(KERNEL) if methods else None
 
 
@@ -110,7 +111,7 @@ def keep_split_tables(backend: Any) -> FixStatus:
     graphs read, give it copies of its methods that call aiter's MLA decode through a
     :class:`SplitTableKeeper` (``backend.split_tables``). Idempotent."""
     methods = callers(type(backend))
-    kernel = kernel_of(type(backend))
+    kernel = kernel_of(type(backend), methods)
     state, detail = decide(kernel)
     if state is FixState.APPLIED and getattr(backend, "split_tables", None) is None:
         keeper = SplitTableKeeper(kernel)

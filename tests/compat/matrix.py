@@ -123,13 +123,19 @@ def _newer_on_pypi() -> list[str]:
     return [str(v) for v in sorted(found) if v > newest and not v.is_prerelease]
 
 
+def _command(entry: str) -> str:
+    """A command as MATRIX.md names it: ``COMMAND | NOTE`` (what it ran, when) or the command."""
+    command, _, note = entry.partition(" | ")
+    return f"`{command}`" + (f" ({note})" if note else "")
+
+
 def _write(rows: list[dict[str, str]], newer: list[str], commands: list[str]) -> None:
     lines = [
         "# Compatibility matrix",
         "",
         f"Generated {dt.date.today().isoformat()} on a CPU machine (Python "
         f"{sys.version.split()[0]}), each release installed from PyPI with `--no-deps`, by "
-        + "; then ".join(f"`{c}`" for c in commands) + ". Each row names the commit it ran.",
+        + "; then ".join(_command(c) for c in commands) + ". Each row names the commit it ran.",
         "`pass (n)`: n tests ran and passed (expected failures that document upstream gaps count",
         "as run); `n/a (skipped)`: every test of the area skipped because the release lacks the",
         "path (e.g. no `_maybe_aiter_reduce_scatter` before 0.5.15). Verdict columns: what a",

@@ -17,10 +17,12 @@ aiter's persistent decode runs in three steps, each HIP in aiter:
   and fewer where the buffers hold fewer work items or partial slots; a batch with more tiles
   than the buffers were sized for raises (where the HIP kernel would write past them).
 * ``mla_decode_stage1_asm_fwd`` in persistent mode (:func:`stage1`) and ``mla_reduce_v1``
-  (:func:`reduce`): capture-safe (they read the schedule on the device only, with static shapes,
-  so a graph replays them against the schedule written before the replay). Stage 1 writes each
-  split work item's partial output and log-sum-exp into its partial slot, and an unsplit
-  request's output directly; the reduce merges each tile's partial slots into its output rows.
+  (:func:`reduce`): capture-safe (while a stream captures they read the schedule on the device
+  only, with static shapes, so a graph replays them against the schedule written before the
+  replay; eager, stage 1 reads on the host how many work items and tokens to score). Stage 1
+  writes each split work item's partial output and log-sum-exp into its partial slot, and an
+  unsplit request's output directly; the reduce merges each tile's partial slots into its
+  output rows.
 
 One query token a request (decode), one KV head, page size 1.
 """
@@ -193,7 +195,11 @@ def stage1(q: torch.Tensor, kv_buffer: torch.Tensor, kv_indices: torch.Tensor,
     scheduled = work_indptr[-1]
     info = work_info_set.long()
     last = kv_indices.numel() - 1
-    for first in range(0, info.shape[0], _ROWS):
+    rows, window = info.shape[0], MAX_TOKENS  # static: what a captured graph replays
+    if not (q.is_cuda and torch.cuda.is_current_stream_capturing()):  # eager: only what is used
+        rows = int(scheduled)
+        window = max(1, int((info[:rows, 5] - info[:rows, 4]).max())) if rows else 1
+    for first in range(0, rows, _ROWS):
         work = info[first:first + _ROWS]
         kept = torch.arange(first, first + work.shape[0], device=q.device) < scheduled
         start, end = work[:, 4], work[:, 5]
@@ -201,7 +207,7 @@ def stage1(q: torch.Tensor, kv_buffer: torch.Tensor, kv_indices: torch.Tensor,
         best = torch.full((work.shape[0], heads), float("-inf"), device=q.device)
         total = torch.zeros_like(best)
         acc = torch.zeros(work.shape[0], heads, value_dim, device=q.device)
-        for offset in range(0, MAX_TOKENS, _CHUNK):
+        for offset in range(0, window, _CHUNK):
             pos = start[:, None] + offset + torch.arange(_CHUNK, device=q.device)[None, :]
             inside = pos < end[:, None]
             keys = latent[kv_indices[pos.clamp(0, last)].long()].float() * _scale(kv_scale)

@@ -14,9 +14,10 @@ real package cannot import, so :func:`install` puts a stand-in package in ``sys.
 * ``mla_decode_fwd`` (MLA decode) and ``flash_attn_varlen_func`` (an MLA model's extend, as
   multi-head attention), on CPU only: the same torch attention over the latent KV with aiter's
   per-row contract (:func:`mla_decode_fwd`), and over ragged keys and values
-  (:func:`flash_attn_varlen_func`); given a persistent work schedule (sglang's fp8-KV path),
-  the MLA decode reads it instead, through :mod:`.aiter_mla_persistent`, whose
-  ``get_mla_metadata_info_v1``/``get_mla_metadata_v1`` write that schedule (CPU and GPU);
+  (:func:`flash_attn_varlen_func`);
+* ``get_mla_metadata_info_v1`` and ``get_mla_metadata_v1``, on a GPU only (sglang allocates the
+  persistent MLA schedule, its fp8-KV path, on CUDA): the schedule doubles of
+  :mod:`.aiter_mla_persistent`, read there by aiter's own ``mla.py`` (the ``mla`` double);
 * ``unified_attention``: aiter's real Triton kernel (:mod:`testkit.doubles.aiter_triton`, under
   Triton's interpreter) when ``unified`` is asked for; otherwise a stand-in that refuses;
 * every other name (and any ``aiter.*`` submodule) a callable that raises, naming itself.
@@ -64,7 +65,7 @@ WRONG_MLA_SLOT_FLAG_VAR = "SGLANG_E2E_WRONG_MLA_KV_SLOT_FLAG"
 RECORD_DIR_VAR = "SGLANG_E2E_RECORD_DIR"
 
 _rows_seen: set[int] = set()
-_mla_rows_seen: set[tuple[int, bool]] = set()
+_mla_rows_seen: set[int] = set()
 
 
 def record(line: str) -> None:
@@ -230,20 +231,10 @@ def mla_decode_fwd(
     if kv_indptr.numel() < batch + 1:
         raise RuntimeError(f"aiter kernel double: kv_indptr holds {kv_indptr.numel()} entries; "
                            f"a batch of {batch} reads {batch + 1}")
-    persistent = kwargs.get("work_meta_data") is not None
-    if (batch, persistent) not in _mla_rows_seen:
-        _mla_rows_seen.add((batch, persistent))
-        record(f"mla_decode_fwd rows={batch}" + (" persistent" if persistent else ""))
+    if batch not in _mla_rows_seen:
+        _mla_rows_seen.add(batch)
+        record(f"mla_decode_fwd rows={batch}")
     wrong = _control_on(WRONG_MLA_SLOT_FLAG_VAR)
-    if persistent:
-        if wrong:  # each request's first slot read from its second
-            kv_indices = kv_indices.clone()
-            for start, end in zip(kv_indptr[:batch].tolist(), kv_indptr[1:batch + 1].tolist(),
-                                  strict=True):
-                if end - start > 1:
-                    kv_indices[start] = kv_indices[start + 1]
-        _persistent_mla_decode(q, kv_buffer, o, kv_indices, sm_scale, **kwargs)
-        return
     latent = kv_buffer.reshape(-1, 1, kv_buffer.shape[-1])
     scale = float(sm_scale) if sm_scale is not None else q.shape[-1] ** -0.5
     value_dim = o.shape[-1]
@@ -257,24 +248,6 @@ def mla_decode_fwd(
         keys = latent[slots]
         out = _attend(rows, keys, keys[..., :value_dim], scale, slots.numel() - rows.shape[0])
         o[qo[b]:qo[b + 1]] = out.to(o.dtype)
-
-
-def _persistent_mla_decode(q: torch.Tensor, kv_buffer: torch.Tensor, o: torch.Tensor,
-                           kv_indices: torch.Tensor, sm_scale: float | None,
-                           **kwargs: Any) -> None:
-    """aiter's persistent MLA decode (sglang's path for an fp8 KV cache): the work schedule
-    sglang had written into its buffers, read by :mod:`.aiter_mla_persistent`'s stage 1 and
-    reduce (one query token a request)."""
-    from testkit.doubles import aiter_mla_persistent as persistent
-
-    partials, heads, value_dim = kwargs["reduce_partial_map"].numel(), o.shape[1], o.shape[-1]
-    logits = torch.empty(partials, 1, heads, value_dim, dtype=torch.float32, device=o.device)
-    lse = torch.empty(partials, 1, heads, 1, dtype=torch.float32, device=o.device)
-    scale = float(sm_scale) if sm_scale is not None else q.shape[-1] ** -0.5
-    persistent.stage1(q, kv_buffer, kv_indices, kwargs["work_indptr"], kwargs["work_info_set"],
-                      scale, logits, lse, o, kwargs.get("q_scale"), kwargs.get("kv_scale"))
-    persistent.reduce(logits, lse, kwargs["reduce_indptr"], kwargs["reduce_final_map"],
-                      kwargs["reduce_partial_map"], 1, 0, o)
 
 
 def recording_unified(kernel: Callable[..., Any], origin: str) -> Callable[..., Any]:
@@ -375,22 +348,19 @@ def install(*, unified: Callable[..., Any] | None = None, on_gpu: bool = False) 
     if isinstance(sys.modules.get("aiter"), _StubModule):
         return
     uni = unified or _refusing("unified_attention")
-    from testkit.doubles import aiter_mla_persistent as persistent
-
-    # the persistent MLA schedule sglang asks aiter for (its fp8-KV path)
-    schedule = {"get_mla_metadata_info_v1": persistent.metadata_info,
-                "get_mla_metadata_v1": persistent.metadata}
     if on_gpu:
-        from testkit.doubles import aiter_gpu_kernels
+        from testkit.doubles import aiter_gpu_kernels, aiter_mla_persistent
 
         # the varlen extend is the CPU double's (eager only: prefill graphs are off)
         _module("aiter", paged_attention_ragged=_gpu_paged_attention_ragged,
                 mha_batch_prefill_func=aiter_gpu_kernels.mha_batch_prefill_func,
-                flash_attn_varlen_func=flash_attn_varlen_func, **schedule)
+                flash_attn_varlen_func=flash_attn_varlen_func,
+                get_mla_metadata_info_v1=aiter_mla_persistent.metadata_info,
+                get_mla_metadata_v1=aiter_mla_persistent.metadata)
     else:
         _module("aiter", paged_attention_ragged=paged_attention_ragged,
                 mha_batch_prefill_func=mha_batch_prefill_func,
-                flash_attn_varlen_func=flash_attn_varlen_func, **schedule)
+                flash_attn_varlen_func=flash_attn_varlen_func)
         _module("aiter.mla", mla_decode_fwd=mla_decode_fwd)
     for name in ("aiter.ops", "aiter.ops.triton", "aiter.ops.triton.attention"):
         _module(name)

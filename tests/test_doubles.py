@@ -47,8 +47,8 @@ def _persistent_case(bs: int, buffer_bs: int, heads: int, fast_mode: bool,
     lens = torch.randint(1, 200, (bs,), generator=gen)
     kv_indptr = torch.zeros(bs + 1, dtype=torch.int32)
     kv_indptr[1:] = lens.cumsum(0)
-    kv_indices = torch.randperm(1000, generator=gen)[: int(kv_indptr[-1])].to(torch.int32)
-    latent = torch.randn(1000, 1, 1, 80, generator=gen)
+    kv_indices = torch.randperm(8000, generator=gen)[: int(kv_indptr[-1])].to(torch.int32)
+    latent = torch.randn(8000, 1, 1, 80, generator=gen)
     q = torch.randn(bs, heads, 80, generator=gen)
     info = persistent.metadata_info(buffer_bs, 1, heads, torch.bfloat16, torch.bfloat16, False,
                                     fast_mode=fast_mode, num_kv_splits=64,
@@ -87,7 +87,8 @@ def test_the_persistent_mla_doubles_compute_attention_through_their_own_schedule
     from testkit.doubles import aiter_mla_persistent as persistent
 
     monkeypatch.setattr(persistent, "MAX_TOKENS", 256)  # the longest request here: 199 tokens
-    for bs, buffer_bs, heads, fast in ((5, 8, 16, False), (6, 6, 128, True)):
+    for bs, buffer_bs, heads, fast in ((5, 8, 16, False), (6, 6, 128, True),
+                                       (2, 34, 16, False), (33, 34, 128, True)):
         q, latent, kv_indptr, kv_indices, buffers = _persistent_case(bs, buffer_bs, heads, fast)
         _, work_indptr, work_info, reduce_indptr, final_map, partial_map = buffers
         split = int((reduce_indptr[1:] - reduce_indptr[:-1] > 0).sum())

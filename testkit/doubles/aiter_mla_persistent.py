@@ -44,7 +44,8 @@ MAX_PARTIALS = 64
 MAX_TOKENS = 4096
 """The longest KV range one work item covers (the stage-1 double's static window)."""
 _CHUNK = 64  # tokens stage 1 scores at once
-_ROWS = 256  # work items (or tiles) handled at once: bounds the temporaries a graph keeps
+_ROWS = 256  # work items handled at once: bounds the temporaries a graph keeps
+_TILES = 8  # query tiles merged at once (each gathers MAX_PARTIALS partial slots)
 _FP8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 
 
@@ -241,9 +242,9 @@ def reduce(partial_output: torch.Tensor, partial_lse: torch.Tensor,
     heads, value_dim = final_output.shape[1], final_output.shape[-1]
     slots = partial_output.view(-1, heads, value_dim)
     lses = partial_lse.view(-1, heads)
-    last = reduce_partial_map.numel() - 1
-    for first in range(0, reduce_indptr.numel() - 1, _ROWS // 32):
-        start = reduce_indptr[first:first + _ROWS // 32].long()
+    last, tiles = reduce_partial_map.numel() - 1, reduce_indptr.numel() - 1
+    for first in range(0, tiles, _TILES):
+        start = reduce_indptr[first:min(first + _TILES, tiles)].long()
         count = reduce_indptr[first + 1:first + 1 + start.numel()].long() - start
         j = torch.arange(MAX_PARTIALS, device=start.device)
         used = j[None, :] < count[:, None]

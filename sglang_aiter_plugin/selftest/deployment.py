@@ -124,23 +124,28 @@ def _cases(d: Deployment, path: str, page: int, about: str, graphs: bool,
             f"({eager_when})")))
         return tuple(cases)
     topk, steps = d.draft
+    drafts = int(server_args.speculative_num_draft_tokens or steps + 1)
     spec = f"{server_args.speculative_algorithm}, {steps} steps, top-{topk}"
+    verify_skip = "" if topk == 1 else ("the target-verify batch covers top-1 (a linear draft "
+                                        "chain) only")
+    verify = (f"{decode}, {about}: the target's target-verify batches ({spec}, {drafts} draft "
+              "tokens a request, each seeing its request's KV and the drafts up to itself)")
     cases = []
     if graphs:
-        cases.append(Case(f"{base}-verify-graphs", "verify", page, "graphs", d, why=(
-            f"{decode}, {about}: the target's target-verify CUDA graphs ({spec})"),
-            skip="the self-test has no target-verify batch yet"))
+        cases.append(Case(f"{base}-verify-graphs", path, page, "graphs", d, mode="verify", why=(
+            f"{verify}: CUDA graphs at every size sglang captures for this configuration, "
+            "replayed with real requests"), skip=verify_skip))
     cases.append(Case(f"draft-page{page}-metadata", "draft", page, "metadata", d, why=(
         f"EAGLE draft wrapper ({spec}), page size {page}, pool {d.pool}: each step's kv_indptr "
         "after the draft graphs' metadata, at every size sglang captures"),
         skip="" if topk == 1 else "the draft check covers top-1 only"))
     if graphs:
-        cases.append(Case(f"{base}-draft-extend-graphs", "draft-extend", page, "graphs", d, why=(
+        cases.append(Case(f"{base}-draft-extend-graphs", path, page, "graphs", d,
+                          mode="draft-extend", why=(
             f"{decode}, {about}: the draft's draft-extend CUDA graphs ({spec})"),
             skip="the self-test has no draft-extend batch yet"))
-    cases.append(Case(f"{base}-verify-eager", "verify", page, "eager", d, why=(
-        f"{decode}, {about}: one eager target-verify batch of {d.pool} requests{sync}"),
-        skip="the self-test has no target-verify batch yet"))
+    cases.append(Case(f"{base}-verify-eager", path, page, "eager", d, mode="verify", why=(
+        f"{verify}: one eager batch of {d.pool} requests{sync}"), skip=verify_skip))
     return tuple(cases)
 
 

@@ -74,14 +74,16 @@ def test_aiter_ext_verifies_right_at_every_captured_size_above_the_pool_too(
         assert row["error"] is None, row
         assert row["past"] == "", row
         assert row["real"] == min(row["bs"], 5)
-        assert row["err"] is not None and row["err"] < 2e-2, row
+        assert row["err"] is not None, row
+        assert row["err"] < 2e-2, row
 
 
 def test_aiter_ext_verifies_one_eager_batch_of_the_pool(ext: dict[str, Any]) -> None:
     (row,) = ext["eager"]
     assert row["error"] is None, row
     assert row["bs"] == row["real"] == 5
-    assert row["err"] is not None and row["err"] < 2e-2, row
+    assert row["err"] is not None, row
+    assert row["err"] < 2e-2, row
 
 
 def test_each_draft_token_sees_its_request_and_the_drafts_up_to_itself(

@@ -49,6 +49,14 @@ st deploy-llama --jobs "$jobs" --json --model-path "$models/llama" --page-size 1
   --max-running-requests 66
 st deploy-deepseek --jobs "$jobs" --json --model-path "$models/deepseek" --tp-size 4 \
   --attn-dp-size 2 --max-running-requests 66
+# top-1 EAGLE on the Llama-class config (its own folder as the draft): the target-verify graphs
+# and eager batch, ragged and unified (two-batch overlap captures above the pool of 33)
+eagle=(--model-path "$models/llama" --speculative-algorithm EAGLE
+  --speculative-draft-model-path "$models/llama" --speculative-num-steps 3
+  --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --max-running-requests 33
+  --enable-two-batch-overlap)
+st deploy-llama-eagle --jobs "$jobs" --json "${eagle[@]}"
+SGLANG_USE_AITER_UNIFIED_ATTN=1 st deploy-llama-eagle-unified --jobs "$jobs" --json "${eagle[@]}"
 # the control: the decode kernel reads each sequence's second KV slot for its first (aiter-ext
 # must fail these, exit status 1)
 SGLANG_E2E_WRONG_KV_SLOT_FLAG=$(mktemp)

@@ -39,6 +39,9 @@ class Case:
     """Why the self-test cannot run this case yet ("": it runs)."""
     why: str = ""
     """Why the configuration takes this case (the deployment's cases)."""
+    mode: str = "decode"
+    """The batches' forward mode: ``decode``, ``verify`` (EAGLE's target verify: each request's
+    draft tokens against its KV) or ``draft-extend`` (EAGLE's draft extend)."""
 
     @property
     def needs_gpu(self) -> bool:

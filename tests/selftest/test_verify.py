@@ -1,0 +1,96 @@
+"""The self-test's target-verify batches (EAGLE, top-1) on the CPU: every size sglang captures
+for a speculative deployment (above the pool too) through the graph loop run eagerly
+(``capture=False``: capture needs a GPU) and one eager batch, each through sglang's Triton extend
+kernel (interpreted), rows checked against the torch reference; and what the predictor reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from testkit.subproc import run_python
+
+VERIFY = """
+import pathlib, tempfile
+from testkit.doubles import aiter_kernels
+aiter_kernels.install()
+from sglang_aiter_plugin.selftest import checks
+from sglang_aiter_plugin.selftest.cases import Case, Deployment
+from sglang_aiter_plugin.selftest.decode import (build_backend, eager_batch, graph_sizes,
+    overruns, query_rows)
+from sglang_aiter_plugin.selftest.reference import fill_paged_requests
+from testkit.sglang_setup import write_model_dir
+m = write_model_dir(pathlib.Path(tempfile.mkdtemp()) / "m")
+args = ("--model-path", str(m), "--speculative-algorithm", "EAGLE",
+        "--speculative-draft-model-path", str(m), "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+        "--max-running-requests", "5", "--enable-two-batch-overlap")
+d = Deployment(args, str(m), 5, 1, 1, (1, 3))
+out = {{}}
+for form in ("graphs", "eager"):
+    case = Case("v", "ragged", 1, form, d, mode="verify")
+    setup, pool, others = checks._configured(case, "cpu", pathlib.Path(tempfile.mkdtemp()))
+    with setup.scope:
+        fill_paged_requests(setup.runner, pool, 1, seed=0)
+        backend = build_backend({kind!r}, setup)
+        draft = checks._draft_tokens(case, setup)
+        if form == "graphs":
+            sizes = list(graph_sizes(case, setup, backend, "cpu", 1, 40, hold=lambda s: False,
+                                     capture=False, draft=draft))
+            out["capture_bs"] = setup.capture_bs
+            # the predictor: mask_indptr one entry short of the largest batch
+            backend.mask_indptr = backend.mask_indptr[: setup.max_bs]
+            out["short"] = overruns(backend, case, setup.max_bs, 0, draft=draft)
+        else:
+            sizes = [eager_batch(case, setup, backend, "cpu", 2, 40, rows=pool, others=others,
+                                 hold=lambda s: False, draft=draft)]
+            out["visible"] = query_rows([0, 1], [10, 20], draft)[1]
+    out[form] = [dict(bs=s.bs, real=s.real_rows, err=s.max_err, past=s.past,
+                      error=repr(s.error) if s.error else None) for s in sizes]
+    out[form + "_draft"] = draft
+print("RESULT " + json.dumps(out))
+"""
+
+
+def verify(kind: str) -> dict[str, Any]:
+    result = run_python(VERIFY.format(kind=kind), env={"TRITON_INTERPRET": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    data: dict[str, Any] = result.data
+    return data
+
+
+@pytest.fixture(scope="module")
+def ext() -> dict[str, Any]:
+    return verify("aiter-ext")
+
+
+def test_aiter_ext_verifies_right_at_every_captured_size_above_the_pool_too(
+        ext: dict[str, Any]) -> None:
+    assert ext["graphs_draft"] == 4  # --speculative-num-draft-tokens
+    assert [r["bs"] for r in ext["graphs"]] == ext["capture_bs"]
+    assert max(ext["capture_bs"]) > 5  # two-batch overlap captures above the pool of 5
+    for row in ext["graphs"]:
+        assert row["error"] is None, row
+        assert row["past"] == "", row
+        assert row["real"] == min(row["bs"], 5)
+        assert row["err"] is not None, row
+        assert row["err"] < 2e-2, row
+
+
+def test_aiter_ext_verifies_one_eager_batch_of_the_pool(ext: dict[str, Any]) -> None:
+    (row,) = ext["eager"]
+    assert row["error"] is None, row
+    assert row["bs"] == row["real"] == 5
+    assert row["err"] is not None, row
+    assert row["err"] < 2e-2, row
+
+
+def test_each_draft_token_sees_its_request_and_the_drafts_up_to_itself(
+        ext: dict[str, Any]) -> None:
+    assert ext["visible"] == [11, 12, 13, 14, 21, 22, 23, 24]
+
+
+def test_the_predictor_names_a_verify_buffer_one_entry_short(ext: dict[str, Any]) -> None:
+    top = max(ext["capture_bs"])
+    assert ext["short"] == f"reads mask_indptr ({top} entries, {top + 1} needed)"

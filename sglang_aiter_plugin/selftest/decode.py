@@ -182,7 +182,12 @@ def eager_batch(case: Case, setup: Setup, backend: Any, device: str, seed: int, 
     ``forward_extend``."""
     import torch
 
-    from sglang_aiter_plugin.selftest.decode_batch import Batch, draft_kv, verify_mask
+    from sglang_aiter_plugin.selftest.decode_batch import (
+        Batch,
+        draft_kv,
+        extend_query,
+        verify_mask,
+    )
     from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced, plain_batch
 
     verify = case.mode == "verify"
@@ -207,8 +212,8 @@ def eager_batch(case: Case, setup: Setup, backend: Any, device: str, seed: int, 
         backend.init_forward_metadata(fb)
         if verify:
             k, v = draft_kv(setup.runner, fb.req_pool_indices, fb.seq_lens, draft)
-            out = backend.forward_extend(q.reshape(bs * draft, -1), k, v, shape.layer, fb,
-                                         save_kv_cache=False)
+            out = backend.forward_extend(extend_query(backend, q.reshape(bs * draft, -1)), k, v,
+                                         shape.layer, fb, save_kv_cache=False)
         else:
             out = backend.forward_decode(q.reshape(bs, -1), None, None, shape.layer, fb,
                                          save_kv_cache=False)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Batch", "DecodeBatch", "VerifyBatch", "draft_kv", "draft_metadata",
+__all__ = ["Batch", "DecodeBatch", "VerifyBatch", "draft_kv", "draft_metadata", "extend_query",
            "verify_mask"]
 
 
@@ -140,9 +140,18 @@ class VerifyBatch(DecodeBatch):
 
     def forward(self, layer: Any) -> torch.Tensor:
         out: torch.Tensor = self.backend.forward_extend(
-            self.q, self.k, self.v, layer, self.fb, save_kv_cache=False
+            extend_query(self.backend, self.q), self.k, self.v, layer, self.fb,
+            save_kv_cache=False
         )
         return out
+
+
+def extend_query(backend: Any, q: torch.Tensor) -> torch.Tensor:
+    """``q`` ([rows, heads * dim]) as ``backend.forward_extend`` takes it: MLA's per head
+    ([rows, heads, dim]), the others' as it is."""
+    if getattr(backend, "use_mla", False):
+        return q.view(q.shape[0], int(backend.num_head), -1)
+    return q
 
 
 def _kv_buffers(runner: Any) -> tuple[torch.Tensor, torch.Tensor]:

@@ -153,9 +153,7 @@ def _cases(d: Deployment, path: str, page: int, about: str, graphs: bool,
     drafts = int(server_args.speculative_num_draft_tokens or steps + 1)
     spec = f"{server_args.speculative_algorithm}, {steps} steps, top-{topk}"
     verify_skip = ("the target-verify batch covers top-1 (a linear draft chain) only" if topk != 1
-                   else "the target-verify batch covers the ragged and unified paths; MLA's "
-                   "(mla_decode_fwd over each request's draft rows) is not built yet"
-                   if path == "mla" else "")
+                   else "")
     verify = (f"{decode}, {about}: the target's target-verify batches ({spec}, {drafts} draft "
               "tokens a request, each seeing its request's KV and the drafts up to itself)")
     cases = []

@@ -21,7 +21,7 @@ from sglang_aiter_plugin.selftest.decode import (build_backend, eager_batch, gra
     overruns, query_rows)
 from sglang_aiter_plugin.selftest.reference import fill_paged_requests
 from testkit.sglang_setup import write_model_dir
-m = write_model_dir(pathlib.Path(tempfile.mkdtemp()) / "m")
+m = write_model_dir(pathlib.Path(tempfile.mkdtemp()) / "m", mla={mla}, aiter_mla_dims={mla})
 args = ("--model-path", str(m), "--speculative-algorithm", "EAGLE",
         "--speculative-draft-model-path", str(m), "--speculative-num-steps", "3",
         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
@@ -29,7 +29,7 @@ args = ("--model-path", str(m), "--speculative-algorithm", "EAGLE",
 d = Deployment(args, str(m), 5, 1, 1, (1, 3))
 out = {{}}
 for form in ("graphs", "eager"):
-    case = Case("v", "ragged", 1, form, d, mode="verify")
+    case = Case("v", {path!r}, 1, form, d, mode="verify")
     setup, pool, others = checks._configured(case, "cpu", pathlib.Path(tempfile.mkdtemp()))
     with setup.scope:
         fill_paged_requests(setup.runner, pool, 1, seed=0)
@@ -53,8 +53,9 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def verify(kind: str) -> dict[str, Any]:
-    result = run_python(VERIFY.format(kind=kind), env={"TRITON_INTERPRET": "1"})
+def verify(kind: str, path: str = "ragged") -> dict[str, Any]:
+    result = run_python(VERIFY.format(kind=kind, path=path, mla=path == "mla"),
+                        env={"TRITON_INTERPRET": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     data: dict[str, Any] = result.data
     return data
@@ -94,3 +95,18 @@ def test_each_draft_token_sees_its_request_and_the_drafts_up_to_itself(
 def test_the_predictor_names_a_verify_buffer_one_entry_short(ext: dict[str, Any]) -> None:
     top = max(ext["capture_bs"])
     assert ext["short"] == f"reads mask_indptr ({top} entries, {top + 1} needed)"
+
+
+def test_aiter_ext_verifies_mla_right_at_every_captured_size_and_eagerly() -> None:
+    """DeepSeek's MTP verify: MLA decode over each request's draft rows (aiter's
+    ``mla_decode_fwd`` with ``max_seqlen_q`` the draft tokens: the CPU double), right at every
+    captured size (above the pool of 5 too) and for one eager batch of the pool."""
+    mla = verify("aiter-ext", "mla")
+    assert mla["graphs_draft"] == 4
+    assert [r["bs"] for r in mla["graphs"]] == mla["capture_bs"]
+    assert max(mla["capture_bs"]) > 5
+    for row in [*mla["graphs"], *mla["eager"]]:
+        assert row["error"] is None, row
+        assert row["past"] == "", row
+        assert row["err"] is not None, row
+        assert row["err"] < 2e-2, row

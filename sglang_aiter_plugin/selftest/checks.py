@@ -174,15 +174,16 @@ def _eager(case: Case, setup: Setup, kind: str, device: str, unsafe: bool, pool:
 
 
 def _draft_tokens(case: Case, setup: Setup) -> int:
-    """The tokens a request brings to a target-verify batch (``--speculative-num-draft-tokens``);
-    1 for a decode batch."""
-    if case.mode != "verify":
+    """The tokens a request brings to a target-verify or draft-extend batch
+    (``--speculative-num-draft-tokens``); 1 for a decode batch."""
+    if case.mode == "decode":
         return 1
     return int(getattr(setup.server_args, "speculative_num_draft_tokens", None) or 1)
 
 
 def _verify(case: Case, draft: int) -> str:
-    return f", target verify of {draft} draft tokens a request" if case.mode == "verify" else ""
+    what = {"verify": "target verify", "draft-extend": "draft extend"}.get(case.mode)
+    return f", {what} of {draft} draft tokens a request" if what else ""
 
 
 def _shape(case: Case, setup: Setup, backend: Any) -> str:

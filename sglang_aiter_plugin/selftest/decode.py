@@ -135,7 +135,7 @@ def graph_sizes(case: Case, setup: Setup, backend: Any, device: str, seed: int, 
 
     from sglang_aiter_plugin.selftest.decode_batch import DecodeBatch, VerifyBatch
 
-    verify = case.mode == "verify"
+    verify = case.mode in ("verify", "draft-extend")
     per_req = draft if verify else 1
     backend.init_cuda_graph_state(setup.max_bs, setup.max_bs * per_req)
     shape = RowShape(backend, setup)
@@ -145,12 +145,15 @@ def graph_sizes(case: Case, setup: Setup, backend: Any, device: str, seed: int, 
     for bs in setup.capture_bs:
         reqs, lens = requests_for(bs, pool, gen, max_len)
         q = shape.queries(len(reqs) * per_req, gen, device)
-        short = overruns(backend, case, bs, sum(lens) + fill * (bs - len(reqs)), draft=per_req)
+        drafts = per_req * len(reqs) if case.mode == "draft-extend" else 0  # in the KV too
+        short = overruns(backend, case, bs, sum(lens) + fill * (bs - len(reqs)) + drafts,
+                         draft=per_req)
         if short and hold(short):
             yield SizeOutcome(bs, len(reqs), held=short)
             continue
         width = shape.heads * shape.q_dim
-        batch = (VerifyBatch(backend, bs, device, draft, setup.runner, q_width=width) if verify
+        batch = (VerifyBatch(backend, bs, device, draft, setup.runner, q_width=width,
+                             mode=case.mode) if verify
                  else DecodeBatch(backend, bs, device, q_width=width))
         _pools_of(setup, batch.fb)
         try:
@@ -301,6 +304,13 @@ def overruns(backend: Any, case: Case, bs: int, tokens: int, *, draft: int = 1) 
         if isinstance(buffer, torch.Tensor) and buffer.numel() < need:
             short.append(f"{what} {name} ({buffer.numel()} entries, {need} needed)")
 
+    if case.mode == "draft-extend":  # sglang's DRAFT_EXTEND_V2 graph metadata
+        rows("kv_indptr", bs + 1, "reads")
+        rows("qo_indptr", bs + 1, "reads")
+        if case.form == "graphs":
+            rows("cuda_graph_kv_last_page_len", bs, "reads")
+            rows("cuda_graph_kv_indices", tokens, "writes")
+        return ", ".join(short)
     if case.mode == "verify":
         rows("kv_indptr", bs + 1, "reads")
         rows("qo_indptr", bs + 1, "reads")

@@ -107,36 +107,46 @@ class DecodeBatch:
 
 
 class VerifyBatch(DecodeBatch):
-    """EAGLE's target verify, top-1: each of the ``bs`` requests brings ``draft`` tokens (a
-    linear chain), whose keys and values are already in the KV pool right after the request's
-    ``seq_lens`` tokens (as sglang writes them before attention); each draft token attends to the
-    request's tokens and to the draft tokens up to itself. ``q`` holds ``bs * draft`` rows."""
+    """A batch of ``draft`` tokens a request, top-1 (a linear chain), through ``forward_extend``:
+    EAGLE's target verify (``mode`` ``verify``: each request's ``seq_lens`` are its tokens before
+    the drafts, the drafts' keys and values already in the KV pool right after them, as sglang
+    writes them before attention; a custom mask) or the draft's draft extend (``draft-extend``,
+    sglang's ``DRAFT_EXTEND_V2``: ``seq_lens`` count the drafts too, no mask). Either way each
+    draft token attends to the request's tokens and to the draft tokens up to itself. ``q``
+    holds ``bs * draft`` rows."""
 
     def __init__(self, backend: Any, bs: int, device: str, draft: int, runner: Any,
-                 q_width: int | None = None) -> None:
+                 q_width: int | None = None, mode: str = "verify") -> None:
         import torch
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
         super().__init__(backend, bs, device, q_width)
-        self.draft, self.runner = draft, runner
+        self.draft, self.runner, self.extend = draft, runner, mode == "draft-extend"
         tokens = bs * draft
         self.q = torch.zeros(tokens, self.q.shape[1], dtype=self.q.dtype, device=device)
         k, _ = _kv_buffers(runner)
         self.k = torch.zeros(tokens, *k.shape[1:], dtype=k.dtype, device=device)
         self.v = torch.zeros(tokens, *_kv_buffers(runner)[1].shape[1:], dtype=k.dtype,
                              device=device)
-        self.fb.forward_mode = ForwardMode.TARGET_VERIFY
+        self.fb.forward_mode = (ForwardMode.DRAFT_EXTEND_V2 if self.extend
+                                else ForwardMode.TARGET_VERIFY)
         self.fb.input_ids = torch.zeros(tokens, dtype=torch.int64, device=device)
         self.fb.spec_info = Batch(draft_token_num=draft, num_tokens_per_req=draft,
-                                  custom_mask=verify_mask([1] * bs, draft, device))
+                                  custom_mask=None if self.extend
+                                  else verify_mask([1] * bs, draft, device))
 
     def set(self, reqs: list[int], lens: list[int], q: torch.Tensor) -> None:
         super().set(reqs, lens, q)
         k, v = draft_kv(self.runner, self.req_pool_indices, self.seq_lens, self.draft)
         self.k.copy_(k)
         self.v.copy_(v)
-        self.fb.spec_info.custom_mask = verify_mask(self.seq_lens.tolist(), self.draft,
-                                                    str(self.q.device))
+        if self.extend:  # the drafts are part of each real request's KV
+            self.seq_lens[: len(reqs)] += self.draft
+            self.fb.seq_lens_cpu = self.seq_lens.cpu()
+            self.fb.seq_lens_sum = int(self.fb.seq_lens_cpu.sum())
+        else:
+            self.fb.spec_info.custom_mask = verify_mask(self.seq_lens.tolist(), self.draft,
+                                                        str(self.q.device))
 
     def forward(self, layer: Any) -> torch.Tensor:
         out: torch.Tensor = self.backend.forward_extend(

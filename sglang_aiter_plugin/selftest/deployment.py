@@ -168,8 +168,10 @@ def _cases(d: Deployment, path: str, page: int, about: str, graphs: bool,
     if graphs:
         cases.append(Case(f"{base}-draft-extend-graphs", path, page, "graphs", d,
                           mode="draft-extend", why=(
-            f"{decode}, {about}: the draft's draft-extend CUDA graphs ({spec})"),
-            skip="the self-test has no draft-extend batch yet"))
+            f"{decode}, {about}: the draft's draft-extend CUDA graphs ({spec}, sglang's "
+            f"DRAFT_EXTEND_V2: {drafts} tokens a request appended to its KV, each seeing the "
+            "request's KV up to itself), at every size sglang captures, replayed with real "
+            "requests"), skip=verify_skip))
     cases.append(Case(f"{base}-verify-eager", path, page, "eager", d, mode="verify", why=(
         f"{verify}: one eager batch of {d.pool} requests{sync}"), skip=verify_skip))
     return tuple(cases)

@@ -146,8 +146,9 @@ def test_speculative_decoding_runs_the_target_verify_batches_of_a_top_1_llama(
         assert cases[name]["path"] == "ragged"
         assert "target-verify batches (EAGLE, 3 steps, top-1, 4 draft tokens a request" in \
             cases[name]["why"]
-    assert cases["ragged-page1-draft-extend-graphs"]["skip"] == \
-        "the self-test has no draft-extend batch yet"
+    assert cases["ragged-page1-draft-extend-graphs"]["skip"] == ""
+    assert "DRAFT_EXTEND_V2: 4 tokens a request" in cases["ragged-page1-draft-extend-graphs"][
+        "why"]
 
 
 def test_what_the_target_verify_batch_does_not_cover_is_skipped_saying_why(
@@ -161,7 +162,7 @@ def test_what_the_target_verify_batch_does_not_cover_is_skipped_saying_why(
     assert skips["draft-page1-metadata"] == ""
     for name in ("mla-page1-verify-graphs", "mla-page1-verify-eager"):
         assert skips[name] == "", skips
-    assert skips["mla-page1-draft-extend-graphs"] == "the self-test has no draft-extend batch yet"
+    assert skips["mla-page1-draft-extend-graphs"] == ""
     assert plan["cases"][1]["deployment"]["draft"] == [1, 3]
     top2 = {c["name"]: c["skip"] for c in plans["deepseek-mtp-topk2"]["cases"]}
     assert top2["draft-page1-metadata"] == "the draft check covers top-1 only"

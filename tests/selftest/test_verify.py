@@ -110,3 +110,52 @@ def test_aiter_ext_verifies_mla_right_at_every_captured_size_and_eagerly() -> No
         assert row["past"] == "", row
         assert row["err"] is not None, row
         assert row["err"] < 2e-2, row
+
+
+DRAFT_EXTEND = """
+import pathlib, tempfile
+from testkit.doubles import aiter_kernels
+aiter_kernels.install()
+from sglang_aiter_plugin.selftest import checks
+from sglang_aiter_plugin.selftest.cases import Case, Deployment
+from sglang_aiter_plugin.selftest.decode import build_backend, graph_sizes
+from sglang_aiter_plugin.selftest.reference import fill_paged_requests
+from testkit.sglang_setup import write_model_dir
+out = {}
+for path in ("ragged", "mla"):
+    mla = path == "mla"
+    m = write_model_dir(pathlib.Path(tempfile.mkdtemp()) / "m", mla=mla, aiter_mla_dims=mla)
+    args = ("--model-path", str(m), "--speculative-algorithm", "EAGLE",
+            "--speculative-draft-model-path", str(m), "--speculative-num-steps", "3",
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+            "--max-running-requests", "5", "--enable-two-batch-overlap")
+    case = Case("d", path, 1, "graphs", Deployment(args, str(m), 5, 1, 1, (1, 3)),
+                mode="draft-extend")
+    setup, pool, _ = checks._configured(case, "cpu", pathlib.Path(tempfile.mkdtemp()))
+    with setup.scope:
+        fill_paged_requests(setup.runner, pool, 1, seed=0)
+        backend = build_backend("aiter-ext", setup)
+        sizes = list(graph_sizes(case, setup, backend, "cpu", 1, 40, hold=lambda s: False,
+                                 capture=False, draft=checks._draft_tokens(case, setup)))
+        out[path] = dict(capture_bs=setup.capture_bs, mode=str(backend.forward_metadata.max_q_len),
+                         sizes=[dict(bs=s.bs, real=s.real_rows, err=s.max_err, past=s.past,
+                                     error=repr(s.error) if s.error else None) for s in sizes])
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_aiter_ext_draft_extends_right_at_every_captured_size_ragged_and_mla() -> None:
+    """The draft's draft-extend graphs (sglang's DRAFT_EXTEND_V2: four tokens a request appended
+    to its KV, each seeing the request's KV up to itself), through the graph loop run eagerly, on
+    the ragged path (aiter's extend kernel: the CPU double) and MLA's (its decode over each
+    request's rows), at every captured size, above the pool of 5 too."""
+    result = run_python(DRAFT_EXTEND, env={"TRITON_INTERPRET": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    for path, data in result.data.items():
+        assert [s["bs"] for s in data["sizes"]] == data["capture_bs"], path
+        assert max(data["capture_bs"]) > 5
+        assert data["mode"] == "4", path  # the metadata's query rows a request
+        for row in data["sizes"]:
+            assert row["error"] is None and row["past"] == "", (path, row)
+            assert row["real"] == min(row["bs"], 5)
+            assert row["err"] is not None and row["err"] < 2e-2, (path, row)

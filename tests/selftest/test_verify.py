@@ -156,6 +156,8 @@ def test_aiter_ext_draft_extends_right_at_every_captured_size_ragged_and_mla() -
         assert max(data["capture_bs"]) > 5
         assert data["mode"] == "4", path  # the metadata's query rows a request
         for row in data["sizes"]:
-            assert row["error"] is None and row["past"] == "", (path, row)
+            assert row["error"] is None, (path, row)
+            assert row["past"] == "", (path, row)
             assert row["real"] == min(row["bs"], 5)
-            assert row["err"] is not None and row["err"] < 2e-2, (path, row)
+            assert row["err"] is not None, (path, row)
+            assert row["err"] < 2e-2, (path, row)

@@ -100,13 +100,22 @@ def plan(args: Sequence[str], device: str) -> Plan:
     page = int(server_args.page_size or 1)
     about = (f"{_heads(config, attn_tp, mla)}, page size {page}, KV cache "
              f"{server_args.kv_cache_dtype}, pool {pool}")
+    persistent = mla and str(server_args.kv_cache_dtype).startswith("fp8")
+    if persistent:  # sglang takes it for an fp8 KV cache
+        about += ", aiter's persistent MLA kernel"
     graphs = not _graphs_off(server_args)
     cases = _cases(deployment, path, page, about, graphs, server_args)
+    if persistent and device == "cpu":
+        cases = tuple(replace(c, gpu_only=_PERSISTENT_ON_CUDA) for c in cases)
     window = _sliding_window(config)
     if window:
         cases = tuple(replace(c, why=f"{c.why}; {window}", skip=c.skip or _SWA_SKIP)
                       for c in cases)
     return Plan(cases, tuple(notes))
+
+
+_PERSISTENT_ON_CUDA = ("sglang allocates the persistent MLA kernel's work schedule on CUDA, so "
+                       "this case runs on a GPU only")
 
 
 _SWA_SKIP = ("the self-test does not build sliding-window attention yet: its model runner holds "

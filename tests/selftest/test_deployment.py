@@ -34,6 +34,7 @@ for label, args, env in {plans!r}:
             os.environ.pop(name, None)
     out[label] = dict(notes=list(p.notes), cases=[dict(
         name=c.name, path=c.path, page=c.page, form=c.form, skip=c.skip, why=c.describe(),
+        gpu_only=c.gpu_only,
         deployment=dataclasses.asdict(c.deployment)) for c in p.cases])
 print("RESULT " + json.dumps(out))
 """
@@ -128,6 +129,19 @@ def test_a_deepseek_class_mla_config_under_dp_attention(plans: dict[str, Any]) -
     assert "request pool 33 a rank: --max-running-requests 66 over 2 attention-DP rank(s)" in \
         plan["notes"]
     assert any(n.startswith("--attention-backend aiter set aside") for n in plan["notes"])
+
+
+def test_an_fp8_mla_deployment_takes_the_persistent_kernel_which_runs_on_a_gpu_only(
+        plans: dict[str, Any]) -> None:
+    """An fp8 KV cache takes aiter's persistent MLA kernel, whose schedule sglang allocates on
+    CUDA: on the CPU form each case says so (and is skipped); a bf16 one does neither."""
+    for case in plans["deepseek"]["cases"]:
+        assert "aiter's persistent MLA kernel" in case["why"]
+        assert case["gpu_only"].startswith("sglang allocates the persistent MLA kernel's work "
+                                           "schedule on CUDA"), case
+    for case in plans["deepseek-mtp"]["cases"]:
+        assert "persistent" not in case["why"]
+        assert case["gpu_only"] == ""
 
 
 def test_speculative_decoding_runs_the_target_verify_batches_of_a_top_1_llama(

@@ -34,8 +34,13 @@ for k in aiter-ext upstream; do
   # graphs at every captured size, 16 and 128 heads: replays, 136 eager decodes, reuse, replays
   job "graphs-$k" 240 python3 -m $M --aiter-tree "$tree" --kinds $k
 done
+for k in aiter-ext upstream; do
+  # fp8 KV (sglang's persistent path): the same sequence, the schedule written at every size
+  job "graphs-fp8-$k" 300 python3 -m $M --aiter-tree "$tree" --kinds $k --kv-cache-dtype fp8_e4m3
+done
 for k in aiter-ext upstream; do  # the same under memcheck (16 heads), both at once
   job "memcheck-$k" ${MEMCHECK_LIMIT:-500} "${MC[@]}" python3 -m $M --aiter-tree "$tree" --kinds $k --heads 16 --reuse 2000 &
+  job "memcheck-fp8-$k" ${MEMCHECK_LIMIT:-500} "${MC[@]}" python3 -m $M --aiter-tree "$tree" --kinds $k --heads 16 --reuse 2000 --kv-cache-dtype fp8_e4m3 &
 done
 wait
 grep -h '^RESULT' "$LOGS"/graphs-*.log "$LOGS"/memcheck-*.log | cut -c1-600

@@ -10,7 +10,7 @@
 # starts, as the GPU server tier installs them (testkit/doubles/server_plugin.py): the
 # capture-safe references with aiter's memory contract for aiter's compiled kernels, aiter's real
 # Triton unified_attention, the ROCm host answer. Writes $OUT/selftest/{versions.txt,*.txt,*.json}.
-# SG12_SITE: an sglang 0.5.12 folder; with it, the page-16 case also runs there, as it comes and
+# ONLY=REGEX runs the runs whose label matches. SG12_SITE: an sglang 0.5.12 folder; with it, the page-16 case also runs there, as it comes and
 # with upstream's held-back batches run (--upstream-unsafe).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,6 +35,7 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache-selftest}
 } 2>&1 | tee "$out/versions.txt"
 st() {  # label, then selftest arguments; the exit status goes into the summary
   local label=$1; shift
+  [[ $label =~ ${ONLY:-.} ]] || return 0
   local start; start=$(date +%s)
   python3 -m sglang_aiter_plugin selftest "$@" > "$out/$label.txt" 2> "$out/$label.err"
   echo "$label rc=$? ($(( $(date +%s) - start )) s)" | tee -a "$out/summary.txt"
@@ -49,6 +50,17 @@ st deploy-llama --jobs "$jobs" --json --model-path "$models/llama" --page-size 1
   --max-running-requests 66
 st deploy-deepseek --jobs "$jobs" --json --model-path "$models/deepseek" --tp-size 4 \
   --attn-dp-size 2 --max-running-requests 66
+# the same with an fp8 KV cache: sglang's persistent MLA path (its work schedule at every size)
+st deploy-deepseek-fp8 --jobs "$jobs" --json --model-path "$models/deepseek" --tp-size 4 \
+  --attn-dp-size 2 --max-running-requests 66 --kv-cache-dtype fp8_e4m3
+# top-1 EAGLE on the Llama-class config (its own folder as the draft): the target-verify graphs
+# and eager batch, ragged and unified (two-batch overlap captures above the pool of 33)
+eagle=(--model-path "$models/llama" --speculative-algorithm EAGLE
+  --speculative-draft-model-path "$models/llama" --speculative-num-steps 3
+  --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --max-running-requests 33
+  --enable-two-batch-overlap)
+st deploy-llama-eagle --jobs "$jobs" --json "${eagle[@]}"
+SGLANG_USE_AITER_UNIFIED_ATTN=1 st deploy-llama-eagle-unified --jobs "$jobs" --json "${eagle[@]}"
 # the control: the decode kernel reads each sequence's second KV slot for its first (aiter-ext
 # must fail these, exit status 1)
 SGLANG_E2E_WRONG_KV_SLOT_FLAG=$(mktemp)

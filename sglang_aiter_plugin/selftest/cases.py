@@ -39,11 +39,21 @@ class Case:
     """Why the self-test cannot run this case yet ("": it runs)."""
     why: str = ""
     """Why the configuration takes this case (the deployment's cases)."""
+    mode: str = "decode"
+    """The batches' forward mode: ``decode``, ``verify`` (EAGLE's target verify: each request's
+    draft tokens against its KV) or ``draft-extend`` (EAGLE's draft extend)."""
+    gpu_only: str = ""
+    """Why this case runs on a GPU only, beyond graph capture ("": it does not)."""
 
     @property
     def needs_gpu(self) -> bool:
-        """Only graph capture needs a GPU; the other forms also run on ``--device cpu``."""
-        return self.form == "graphs"
+        """Graph capture, and a case with :attr:`gpu_only`, need a GPU; the other forms also run
+        on ``--device cpu``."""
+        return self.form == "graphs" or bool(self.gpu_only)
+
+    @property
+    def why_gpu(self) -> str:
+        return self.gpu_only or "graph capture needs a GPU"
 
     def describe(self) -> str:
         if self.deployment is not None:

@@ -151,10 +151,11 @@ def _graphs(case: Case, setup: Setup, kind: str, device: str, unsafe: bool, pool
     from sglang_aiter_plugin.selftest.decode import build_backend, graph_sizes
 
     backend = build_backend(kind, setup)
+    draft = _draft_tokens(case, setup)
     sizes = graph_sizes(case, setup, backend, device, SEED + 1, _max_len(device),
-                        hold=holds(case, kind, unsafe))
+                        hold=holds(case, kind, unsafe), draft=draft)
     return judge(kind, list(sizes), f"P = {pool}, graph max_bs = {setup.max_bs}"
-                 + _shape(case, setup, backend), unsafe)
+                 + _verify(case, draft) + _shape(case, setup, backend), unsafe)
 
 
 def _eager(case: Case, setup: Setup, kind: str, device: str, unsafe: bool, pool: int,
@@ -164,9 +165,25 @@ def _eager(case: Case, setup: Setup, kind: str, device: str, unsafe: bool, pool:
 
     backend = build_backend(kind, setup)
     padded = " padded by MLP sync" if requires_mlp_sync(setup.server_args) else ""
+    draft = _draft_tokens(case, setup)
     batch = eager_batch(case, setup, backend, device, SEED + 2, _max_len(device), rows=pool,
-                        others=others, hold=holds(case, kind, unsafe))
-    return judge(kind, [batch], f"{pool} requests{padded}" + _shape(case, setup, backend), unsafe)
+                        others=[n * draft for n in others], hold=holds(case, kind, unsafe),
+                        draft=draft)
+    return judge(kind, [batch], f"{pool} requests{padded}" + _verify(case, draft)
+                 + _shape(case, setup, backend), unsafe)
+
+
+def _draft_tokens(case: Case, setup: Setup) -> int:
+    """The tokens a request brings to a target-verify or draft-extend batch
+    (``--speculative-num-draft-tokens``); 1 for a decode batch."""
+    if case.mode == "decode":
+        return 1
+    return int(getattr(setup.server_args, "speculative_num_draft_tokens", None) or 1)
+
+
+def _verify(case: Case, draft: int) -> str:
+    what = {"verify": "target verify", "draft-extend": "draft extend"}.get(case.mode)
+    return f", {what} of {draft} draft tokens a request" if what else ""
 
 
 def _shape(case: Case, setup: Setup, backend: Any) -> str:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from sglang_aiter_plugin.selftest.sglang_setup import Setup
 
 __all__ = ["CLASSES", "RowShape", "SizeOutcome", "build_backend", "draft_sizes", "eager_batch",
-           "graph_sizes", "overruns", "requests_for", "row_error"]
+           "graph_sizes", "overruns", "query_rows", "requests_for", "row_error"]
 
 CLASSES = {  # kind -> (decode backend, multi-step draft wrapper), each (module, class)
     "upstream": (("sglang.srt.layers.attention.aiter_backend", "AiterAttnBackend"),
@@ -123,27 +123,38 @@ class SizeOutcome:
 
 
 def graph_sizes(case: Case, setup: Setup, backend: Any, device: str, seed: int, max_len: int,
-                *, hold: Callable[[str], bool], capture: bool = True) -> Iterator[SizeOutcome]:
+                *, hold: Callable[[str], bool], capture: bool = True,
+                draft: int = 1) -> Iterator[SizeOutcome]:
     """At every size sglang captures: the capture metadata, a warm-up, the forward captured in a
     graph (``capture``; else the forward runs eagerly), then the replay metadata and the replay
-    with real requests; after its graph state is set up for the largest size. A batch whose
-    :func:`overruns` ``hold`` accepts is not run. Stops after the first batch that raises."""
+    with real requests; after its graph state is set up for the largest size. ``draft``: with
+    ``case.mode`` ``verify``, each request's draft tokens (a target-verify batch, top-1). A batch
+    whose :func:`overruns` ``hold`` accepts is not run. Stops after the first batch that
+    raises."""
     import torch
 
-    from sglang_aiter_plugin.selftest.decode_batch import DecodeBatch
+    from sglang_aiter_plugin.selftest.decode_batch import DecodeBatch, VerifyBatch
 
-    backend.init_cuda_graph_state(setup.max_bs, setup.max_bs)
+    verify = case.mode in ("verify", "draft-extend")
+    per_req = draft if verify else 1
+    backend.init_cuda_graph_state(setup.max_bs, setup.max_bs * per_req)
     shape = RowShape(backend, setup)
     pool = int(setup.runner.req_to_token_pool.size)
+    fill = int(backend.get_cuda_graph_seq_len_fill_value())
     gen = torch.Generator().manual_seed(seed)
     for bs in setup.capture_bs:
         reqs, lens = requests_for(bs, pool, gen, max_len)
-        q = shape.queries(len(reqs), gen, device)
-        short = overruns(backend, case, bs, sum(lens) + (bs - len(reqs)))
+        q = shape.queries(len(reqs) * per_req, gen, device)
+        drafts = per_req * len(reqs) if case.mode == "draft-extend" else 0  # in the KV too
+        short = overruns(backend, case, bs, sum(lens) + fill * (bs - len(reqs)) + drafts,
+                         draft=per_req)
         if short and hold(short):
             yield SizeOutcome(bs, len(reqs), held=short)
             continue
-        batch = DecodeBatch(backend, bs, device, q_width=shape.heads * shape.q_dim)
+        width = shape.heads * shape.q_dim
+        batch = (VerifyBatch(backend, bs, device, draft, setup.runner, q_width=width,
+                             mode=case.mode) if verify
+                 else DecodeBatch(backend, bs, device, q_width=width))
         _pools_of(setup, batch.fb)
         try:
             out = batch.run(shape.layer, reqs, lens, q, batch.capture(shape.layer) if capture
@@ -153,40 +164,74 @@ def graph_sizes(case: Case, setup: Setup, backend: Any, device: str, seed: int, 
         except Exception as exc:
             yield SizeOutcome(bs, len(reqs), error=exc, past=short)
             return
-        yield SizeOutcome(bs, len(reqs), max_err=shape.error(out, q, reqs, lens), past=short)
+        yield SizeOutcome(bs, len(reqs), max_err=shape.error(out, q, *query_rows(
+            reqs, lens, per_req)), past=short)
+
+
+def query_rows(reqs: list[int], lens: list[int], draft: int) -> tuple[list[int], list[int]]:
+    """Each query row's request and the tokens it sees: a decode row its request's ``lens``; a
+    target-verify row, draft token ``j`` of a request with ``n`` tokens, ``n + j + 1``."""
+    return ([r for r in reqs for _ in range(draft)],
+            [n + j + 1 if draft > 1 else n for n in lens for j in range(draft)])
 
 
 def eager_batch(case: Case, setup: Setup, backend: Any, device: str, seed: int, max_len: int,
-                *, rows: int, others: list[int],
-                hold: Callable[[str], bool]) -> SizeOutcome:
+                *, rows: int, others: list[int], hold: Callable[[str], bool],
+                draft: int = 1) -> SizeOutcome:
     """This rank's ``rows`` requests (slots 0...) while the other DP ranks report ``others``
     tokens, padded by sglang's own ``prepare_mlp_sync_batch``, through ``init_forward_metadata``
-    and ``forward_decode`` as sglang's eager forward runs them (no graph state)."""
+    and the forward as sglang's eager forward runs them (no graph state): ``forward_decode``, or
+    with ``case.mode`` ``verify`` a target-verify batch of ``draft`` tokens a request through
+    ``forward_extend``."""
     import torch
 
-    from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced_batch
+    from sglang_aiter_plugin.selftest.decode_batch import (
+        Batch,
+        draft_kv,
+        extend_query,
+        verify_mask,
+    )
+    from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced, plain_batch
 
+    verify = case.mode == "verify"
+    per_req = draft if verify else 1
     shape = RowShape(backend, setup)
     gen = torch.Generator().manual_seed(seed)
     reqs = list(range(rows))
     lens = torch.randint(1, max_len + 1, (rows,), generator=gen).tolist()
-    fb = mlp_synced_batch(setup, backend, rows, others, device, lens=lens)
+    fb = plain_batch(rows, device, lens=lens, tokens=rows * per_req,
+                     forward_mode=_verify_mode() if verify else None)
+    if verify:
+        fb.spec_info = Batch(draft_token_num=draft, num_tokens_per_req=draft,
+                             custom_mask=verify_mask(lens, draft, device))
+    fb = mlp_synced(setup, backend, fb, others, device)
     _pools_of(setup, fb)
     bs = int(fb.batch_size)
-    q = shape.queries(bs, gen, device)
-    short = overruns(backend, case, bs, int(fb.seq_lens.sum()))
+    q = shape.queries(bs * per_req, gen, device)
+    short = overruns(backend, case, bs, int(fb.seq_lens.sum()), draft=per_req)
     if short and hold(short):
         return SizeOutcome(bs, rows, held=short)
     try:
         backend.init_forward_metadata(fb)
-        out = backend.forward_decode(q.reshape(bs, -1), None, None, shape.layer, fb,
-                                     save_kv_cache=False)
+        if verify:
+            k, v = draft_kv(setup.runner, fb.req_pool_indices, fb.seq_lens, draft)
+            out = backend.forward_extend(extend_query(backend, q.reshape(bs * draft, -1)), k, v,
+                                         shape.layer, fb, save_kv_cache=False)
+        else:
+            out = backend.forward_decode(q.reshape(bs, -1), None, None, shape.layer, fb,
+                                         save_kv_cache=False)
         if device != "cpu":
             torch.cuda.synchronize(torch.device(device))
     except Exception as exc:
         return SizeOutcome(bs, rows, error=exc, past=short)
-    return SizeOutcome(bs, rows, max_err=shape.error(out, q, reqs, lens) if rows else None,
-                       past=short)
+    err = shape.error(out, q, *query_rows(reqs, lens, per_req)) if rows else None
+    return SizeOutcome(bs, rows, max_err=err, past=short)
+
+
+def _verify_mode() -> Any:
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    return ForwardMode.TARGET_VERIFY
 
 
 def draft_sizes(case: Case, setup: Setup, draft: Any, device: str, seed: int, max_len: int,
@@ -245,10 +290,11 @@ def _pools_of(setup: Setup, fb: Any) -> None:
     fb.token_to_kv_pool = setup.runner.token_to_kv_pool
 
 
-def overruns(backend: Any, case: Case, bs: int, tokens: int) -> str:
-    """What a decode batch of ``bs`` rows and ``tokens`` KV tokens would read or write past in
-    ``backend``'s buffers ("" when nothing): the rows aiter's kernels address per batch row, the
-    graph index buffer sglang's kernel fills one entry per token, aiter's workspace."""
+def overruns(backend: Any, case: Case, bs: int, tokens: int, *, draft: int = 1) -> str:
+    """What a batch of ``bs`` rows and ``tokens`` KV tokens (``draft`` tokens a request in a
+    target-verify batch) would read or write past in ``backend``'s buffers ("" when nothing): the
+    rows aiter's kernels address per batch row, the graph index buffer sglang's kernel fills one
+    entry per token, aiter's workspace."""
     import torch
 
     short = []
@@ -258,6 +304,30 @@ def overruns(backend: Any, case: Case, bs: int, tokens: int) -> str:
         if isinstance(buffer, torch.Tensor) and buffer.numel() < need:
             short.append(f"{what} {name} ({buffer.numel()} entries, {need} needed)")
 
+    if case.mode == "draft-extend":  # sglang's DRAFT_EXTEND_V2 graph metadata
+        rows("kv_indptr", bs + 1, "reads")
+        rows("qo_indptr", bs + 1, "reads")
+        if case.form == "graphs":
+            rows("cuda_graph_kv_last_page_len", bs, "reads")
+            rows("cuda_graph_kv_indices", tokens, "writes")
+        return ", ".join(short)
+    if case.mode == "verify":
+        rows("kv_indptr", bs + 1, "reads")
+        rows("qo_indptr", bs + 1, "reads")
+        mla = bool(getattr(backend, "use_mla", False))
+        unified = bool(getattr(backend, "_use_unified_verify", False))
+        if not mla and not unified:
+            rows("mask_indptr", bs + 1, "reads")
+        if mla:
+            rows("kv_last_page_len", bs, "reads")
+        if case.form == "graphs" and not unified:
+            rows("cuda_graph_kv_indices", tokens + (bs * draft if mla else 0), "writes")
+        if case.form == "graphs" and unified:
+            table = getattr(backend, "cuda_graph_page_table", None)
+            if isinstance(table, torch.Tensor) and table.shape[0] < bs:
+                short.append(f"writes cuda_graph_page_table ({table.shape[0]} rows, {bs} "
+                             "needed)")
+        return ", ".join(short)
     if case.path == "draft":  # one kv_indptr row per step, top-k entries per sequence
         width, need = int(backend.kv_indptr.shape[-1]), bs * int(backend.topk) + 1
         return (f"writes past kv_indptr's last row ({width} entries, {need} needed)"

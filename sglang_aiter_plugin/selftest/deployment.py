@@ -21,7 +21,7 @@ import io
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -100,8 +100,43 @@ def plan(args: Sequence[str], device: str) -> Plan:
     page = int(server_args.page_size or 1)
     about = (f"{_heads(config, attn_tp, mla)}, page size {page}, KV cache "
              f"{server_args.kv_cache_dtype}, pool {pool}")
+    persistent = mla and str(server_args.kv_cache_dtype).startswith("fp8")
+    if persistent:  # sglang takes it for an fp8 KV cache
+        about += ", aiter's persistent MLA kernel"
     graphs = not _graphs_off(server_args)
-    return Plan(_cases(deployment, path, page, about, graphs, server_args), tuple(notes))
+    cases = _cases(deployment, path, page, about, graphs, server_args)
+    if persistent and device == "cpu":
+        cases = tuple(replace(c, gpu_only=_PERSISTENT_ON_CUDA) for c in cases)
+    window = _sliding_window(config)
+    if window:
+        cases = tuple(replace(c, why=f"{c.why}; {window}", skip=c.skip or _SWA_SKIP)
+                      for c in cases)
+    return Plan(cases, tuple(notes))
+
+
+_PERSISTENT_ON_CUDA = ("sglang allocates the persistent MLA kernel's work schedule on CUDA, so "
+                       "this case runs on a GPU only")
+
+
+_SWA_SKIP = ("the self-test does not build sliding-window attention yet: its model runner holds "
+             "one full-attention KV pool (no SWA pool) and its layer no window, so the batch "
+             "would not be the one this model runs")
+
+
+def _sliding_window(config: Any) -> str:
+    """What sliding-window attention sglang's ``ModelConfig`` gives the model ("" when none):
+    its window and, for a hybrid model, that sglang keeps a separate sliding-window KV pool."""
+    size = getattr(config, "sliding_window_size", None)
+    hybrid = bool(getattr(config, "is_hybrid_swa", False))
+    if not size and not hybrid:
+        return ""
+    what = f"sliding-window attention (window {size})" if size else "sliding-window attention"
+    if hybrid:
+        layers = getattr(config, "swa_attention_layer_ids", None)
+        total = getattr(config, "num_hidden_layers", None)
+        share = f" on {len(layers)} of {total} layers" if layers and total else ""
+        what += f"{share}, with sglang's hybrid SWA KV pool"
+    return what
 
 
 def _cases(d: Deployment, path: str, page: int, about: str, graphs: bool,
@@ -124,23 +159,30 @@ def _cases(d: Deployment, path: str, page: int, about: str, graphs: bool,
             f"({eager_when})")))
         return tuple(cases)
     topk, steps = d.draft
+    drafts = int(server_args.speculative_num_draft_tokens or steps + 1)
     spec = f"{server_args.speculative_algorithm}, {steps} steps, top-{topk}"
+    verify_skip = ("the target-verify batch covers top-1 (a linear draft chain) only" if topk != 1
+                   else "")
+    verify = (f"{decode}, {about}: the target's target-verify batches ({spec}, {drafts} draft "
+              "tokens a request, each seeing its request's KV and the drafts up to itself)")
     cases = []
     if graphs:
-        cases.append(Case(f"{base}-verify-graphs", "verify", page, "graphs", d, why=(
-            f"{decode}, {about}: the target's target-verify CUDA graphs ({spec})"),
-            skip="the self-test has no target-verify batch yet"))
+        cases.append(Case(f"{base}-verify-graphs", path, page, "graphs", d, mode="verify", why=(
+            f"{verify}: CUDA graphs at every size sglang captures for this configuration, "
+            "replayed with real requests"), skip=verify_skip))
     cases.append(Case(f"draft-page{page}-metadata", "draft", page, "metadata", d, why=(
         f"EAGLE draft wrapper ({spec}), page size {page}, pool {d.pool}: each step's kv_indptr "
         "after the draft graphs' metadata, at every size sglang captures"),
         skip="" if topk == 1 else "the draft check covers top-1 only"))
     if graphs:
-        cases.append(Case(f"{base}-draft-extend-graphs", "draft-extend", page, "graphs", d, why=(
-            f"{decode}, {about}: the draft's draft-extend CUDA graphs ({spec})"),
-            skip="the self-test has no draft-extend batch yet"))
-    cases.append(Case(f"{base}-verify-eager", "verify", page, "eager", d, why=(
-        f"{decode}, {about}: one eager target-verify batch of {d.pool} requests{sync}"),
-        skip="the self-test has no target-verify batch yet"))
+        cases.append(Case(f"{base}-draft-extend-graphs", path, page, "graphs", d,
+                          mode="draft-extend", why=(
+            f"{decode}, {about}: the draft's draft-extend CUDA graphs ({spec}, sglang's "
+            f"DRAFT_EXTEND_V2: {drafts} tokens a request appended to its KV, each seeing the "
+            "request's KV up to itself), at every size sglang captures, replayed with real "
+            "requests"), skip=verify_skip))
+    cases.append(Case(f"{base}-verify-eager", path, page, "eager", d, mode="verify", why=(
+        f"{verify}: one eager batch of {d.pool} requests{sync}"), skip=verify_skip))
     return tuple(cases)
 
 

@@ -136,7 +136,7 @@ class _Cases:
                     self._done(row, kind, _decided("skipped", row.case.skip), 0.0)
                 elif row.case.needs_gpu and options.device == "cpu":
                     self._done(row, kind, _decided(
-                        "skipped", "graph capture needs a GPU (--device cpu runs the eager and "
+                        "skipped", f"{row.case.why_gpu} (--device cpu runs the eager and "
                         "metadata cases)"), 0.0)
                 else:
                     pending[kind].append(row)

@@ -20,6 +20,8 @@ DOUBLES: dict[str, str] = {
     "on eviction, the two stages, a captured graph reading the table without owning it",
     "aiter_mla_gpu": "aiter's own mla.py loaded on a CUDA GPU, its HIP assembly stage 1 a "
     "capture-safe torch double (and the ROCm host answers mla.py imports)",
+    "aiter_mla_persistent": "aiter's persistent MLA decode (the fp8 KV path): the HIP schedule "
+    "metadata (sizes and contents), the persistent stage 1 and mla_reduce_v1, as torch",
     "aiter_triton": "the ROCm side of aiter's package, so that aiter's real Triton "
     "unified_attention loads without ROCm (stub parent packages, a HIP target while aiter's "
     "arch detection imports)",

@@ -15,6 +15,9 @@ real package cannot import, so :func:`install` puts a stand-in package in ``sys.
   multi-head attention), on CPU only: the same torch attention over the latent KV with aiter's
   per-row contract (:func:`mla_decode_fwd`), and over ragged keys and values
   (:func:`flash_attn_varlen_func`);
+* ``get_mla_metadata_info_v1`` and ``get_mla_metadata_v1``, on a GPU only (sglang allocates the
+  persistent MLA schedule, its fp8-KV path, on CUDA): the schedule doubles of
+  :mod:`.aiter_mla_persistent`, read there by aiter's own ``mla.py`` (the ``mla`` double);
 * ``unified_attention``: aiter's real Triton kernel (:mod:`testkit.doubles.aiter_triton`, under
   Triton's interpreter) when ``unified`` is asked for; otherwise a stand-in that refuses;
 * every other name (and any ``aiter.*`` submodule) a callable that raises, naming itself.
@@ -346,12 +349,14 @@ def install(*, unified: Callable[..., Any] | None = None, on_gpu: bool = False) 
         return
     uni = unified or _refusing("unified_attention")
     if on_gpu:
-        from testkit.doubles import aiter_gpu_kernels
+        from testkit.doubles import aiter_gpu_kernels, aiter_mla_persistent
 
         # the varlen extend is the CPU double's (eager only: prefill graphs are off)
         _module("aiter", paged_attention_ragged=_gpu_paged_attention_ragged,
                 mha_batch_prefill_func=aiter_gpu_kernels.mha_batch_prefill_func,
-                flash_attn_varlen_func=flash_attn_varlen_func)
+                flash_attn_varlen_func=flash_attn_varlen_func,
+                get_mla_metadata_info_v1=aiter_mla_persistent.metadata_info,
+                get_mla_metadata_v1=aiter_mla_persistent.metadata)
     else:
         _module("aiter", paged_attention_ragged=paged_attention_ragged,
                 mha_batch_prefill_func=mha_batch_prefill_func,

@@ -15,8 +15,10 @@ source tree as ``aiter.mla`` over stand-ins for what it imports from the rest of
 * the ROCm host (``aiter.jit.utils.chip_info``): an MI300X (gfx942, 304 compute units), the
   answer aiter's split-count choice reads; ``aiter.jit.core.is_experimental_enabled``: False;
 * ``aiter.dtypes``: torch's types (``fp8``: ``torch.float8_e4m3fn``, the CUDA one);
-* the persistent path's kernels (``mla_reduce_v1``, ``get_mla_decode_fwd_max_splits``): refuse,
-  naming themselves (sglang's non-persistent path never calls them).
+* the persistent path (sglang's for an fp8 KV cache): stage 1 given ``work_meta_data``, and
+  ``mla_reduce_v1`` and ``get_mla_decode_fwd_max_splits``, are the torch doubles of
+  :mod:`testkit.doubles.aiter_mla_persistent` (its ``metadata``/``metadata_info`` stand in for
+  the HIP schedule sglang's backend asks aiter for).
 
 The stage-2 launch passes ``waves_per_eu``, an AMD-only option Triton's CUDA backend rejects; it
 is dropped at the launch (``aiter_triton``), the kernel itself is unchanged.
@@ -32,12 +34,14 @@ from typing import Any
 
 import torch
 
+from testkit.doubles import aiter_mla_persistent as persistent
 from testkit.doubles.aiter_triton import AiterTree, _drop_amd_options, _jit_kernels
 
 __all__ = ["MLA_FILE", "load_mla", "stage1"]
 
 MLA_FILE = "aiter/mla.py"
-GFX, COMPUTE_UNITS = "gfx942", 304
+GFX = "gfx942"
+COMPUTE_UNITS = persistent.COMPUTE_UNITS
 MAX_TOKENS = 4096
 """The longest request :func:`stage1` attends over (its static token window per request)."""
 
@@ -63,10 +67,14 @@ def stage1(q: torch.Tensor, kv_buffer: torch.Tensor, qo_indptr: torch.Tensor,
            work_info_set: Any, max_seqlen_q: int, page_size: int, nhead_kv: int,
            sm_scale: float, logits: torch.Tensor, attn_lse: torch.Tensor, o: torch.Tensor,
            final_lse: Any, q_scale: Any = None, kv_scale: Any = None, *rest: Any) -> None:
-    """Non-persistent MLA decode stage 1, one query token per request, page size 1."""
-    if work_meta_data is not None or max_seqlen_q != 1 or page_size != 1:
-        raise NotImplementedError("aiter MLA stage-1 double: non-persistent decode, one query "
-                                  "token, page size 1 only")
+    """MLA decode stage 1, one query token per request, page size 1 (persistent where
+    ``work_meta_data`` is given: :func:`testkit.doubles.aiter_mla_persistent.stage1`)."""
+    if max_seqlen_q != 1 or page_size != 1:
+        raise NotImplementedError("aiter MLA stage-1 double: one query token, page size 1 only")
+    if work_meta_data is not None:
+        persistent.stage1(q, kv_buffer, kv_indices, work_indptr, work_info_set, sm_scale,
+                          logits, attn_lse, o, q_scale, kv_scale)
+        return
     bs, nhead, splits, value_dim = q.shape[0], o.shape[1], logits.shape[1], o.shape[-1]
     window = min(int(kv_indices.numel()), MAX_TOKENS)
     group = _group_size(nhead, max_seqlen_q, q.dtype, kv_buffer.dtype)
@@ -101,13 +109,6 @@ def stage1(q: torch.Tensor, kv_buffer: torch.Tensor, qo_indptr: torch.Tensor,
         attn_lse[:bs, s, :, 0].copy_(lses[s])
 
 
-def _refusing(name: str) -> Any:
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"aiter MLA double: {name} (HIP) has no double here")
-
-    return refuse
-
-
 def _module(name: str, **names: Any) -> types.ModuleType:
     module = types.ModuleType(name)
     module.__dict__.update(names)
@@ -123,7 +124,7 @@ def load_mla(tree: AiterTree) -> types.ModuleType:
     dtypes = _module("aiter.dtypes", fp8=torch.float8_e4m3fn, bf16=torch.bfloat16,
                      fp16=torch.float16, fp32=torch.float32, i32=torch.int32)
     package = _module("aiter", dtypes=dtypes, mla_decode_stage1_asm_fwd=stage1,
-                      mla_reduce_v1=_refusing("mla_reduce_v1"))
+                      mla_reduce_v1=persistent.reduce)
     package.__path__ = [str(tree.root / "aiter")]
     stand_ins = {
         "aiter": package, "aiter.dtypes": dtypes,
@@ -136,7 +137,7 @@ def load_mla(tree: AiterTree) -> types.ModuleType:
         "aiter.ops": _module("aiter.ops"),
         "aiter.ops.attention": _module(
             "aiter.ops.attention",
-            get_mla_decode_fwd_max_splits=_refusing("get_mla_decode_fwd_max_splits")),
+            get_mla_decode_fwd_max_splits=persistent.max_splits),
     }
     names = [*stand_ins, "aiter.mla"]
     saved = {name: sys.modules[name] for name in names if name in sys.modules}

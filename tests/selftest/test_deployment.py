@@ -34,6 +34,7 @@ for label, args, env in {plans!r}:
             os.environ.pop(name, None)
     out[label] = dict(notes=list(p.notes), cases=[dict(
         name=c.name, path=c.path, page=c.page, form=c.form, skip=c.skip, why=c.describe(),
+        gpu_only=c.gpu_only,
         deployment=dataclasses.asdict(c.deployment)) for c in p.cases])
 print("RESULT " + json.dumps(out))
 """
@@ -42,8 +43,12 @@ print("RESULT " + json.dumps(out))
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("models")
+    swa = write_model_dir(root / "swa")
+    config = json.loads((swa / "config.json").read_text())
+    (swa / "config.json").write_text(json.dumps({**config, "sliding_window": 128}))
     return {"llama": write_model_dir(root / "llama"),
-            "deepseek": write_model_dir(root / "deepseek", mla=True, aiter_mla_dims=True)}
+            "deepseek": write_model_dir(root / "deepseek", mla=True, aiter_mla_dims=True),
+            "swa": swa}
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +67,11 @@ def plans(models: dict[str, Path]) -> dict[str, Any]:
         ("deepseek-mtp", ["--model-path", deepseek, *spec, "--speculative-eagle-topk", "1"], {}),
         ("deepseek-mtp-topk2", ["--model-path", deepseek, *spec, "--speculative-eagle-topk", "2"],
          {}),
+        ("llama-eagle", ["--model-path", llama, "--speculative-algorithm", "EAGLE",
+                         "--speculative-draft-model-path", llama, "--speculative-num-steps", "3",
+                         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"],
+         {}),
+        ("swa", ["--model-path", str(models["swa"])], {}),
     ]
     result = run_python(PLANS.format(plans=cases))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -121,21 +131,67 @@ def test_a_deepseek_class_mla_config_under_dp_attention(plans: dict[str, Any]) -
     assert any(n.startswith("--attention-backend aiter set aside") for n in plan["notes"])
 
 
-def test_speculative_decoding_lists_what_the_harness_cannot_run_yet_as_skipped(
+def test_an_fp8_mla_deployment_takes_the_persistent_kernel_which_runs_on_a_gpu_only(
         plans: dict[str, Any]) -> None:
-    """MTP: the target's target-verify graphs and eager batch, the draft's draft-extend graphs
-    are listed as skipped with why; the draft wrapper's metadata runs (top-1 only)."""
+    """An fp8 KV cache takes aiter's persistent MLA kernel, whose schedule sglang allocates on
+    CUDA: on the CPU form each case says so (and is skipped); a bf16 one does neither."""
+    for case in plans["deepseek"]["cases"]:
+        assert "aiter's persistent MLA kernel" in case["why"]
+        assert case["gpu_only"].startswith("sglang allocates the persistent MLA kernel's work "
+                                           "schedule on CUDA"), case
+    for case in plans["deepseek-mtp"]["cases"]:
+        assert "persistent" not in case["why"]
+        assert case["gpu_only"] == ""
+
+
+def test_speculative_decoding_runs_the_target_verify_batches_of_a_top_1_llama(
+        plans: dict[str, Any]) -> None:
+    """EAGLE top-1 on the ragged path: the target's target-verify graphs and eager batch run (4
+    draft tokens a request), the draft wrapper's metadata runs; draft extend is listed as
+    skipped with why."""
+    plan = plans["llama-eagle"]
+    assert names(plan) == ["ragged-page1-verify-graphs", "draft-page1-metadata",
+                           "ragged-page1-draft-extend-graphs", "ragged-page1-verify-eager"]
+    cases = {c["name"]: c for c in plan["cases"]}
+    for name in ("ragged-page1-verify-graphs", "ragged-page1-verify-eager",
+                 "draft-page1-metadata"):
+        assert cases[name]["skip"] == "", cases[name]
+    for name in ("ragged-page1-verify-graphs", "ragged-page1-verify-eager"):
+        assert cases[name]["path"] == "ragged"
+        assert "target-verify batches (EAGLE, 3 steps, top-1, 4 draft tokens a request" in \
+            cases[name]["why"]
+    assert cases["ragged-page1-draft-extend-graphs"]["skip"] == ""
+    assert "DRAFT_EXTEND_V2: 4 tokens a request" in cases["ragged-page1-draft-extend-graphs"][
+        "why"]
+
+
+def test_what_the_target_verify_batch_does_not_cover_is_skipped_saying_why(
+        plans: dict[str, Any]) -> None:
+    """MTP on MLA runs its target-verify batches; top-2 skips the verify batches and the draft
+    check alike (a draft tree, not a chain)."""
     plan = plans["deepseek-mtp"]
     assert names(plan) == ["mla-page1-verify-graphs", "draft-page1-metadata",
                            "mla-page1-draft-extend-graphs", "mla-page1-verify-eager"]
     skips = {c["name"]: c["skip"] for c in plan["cases"]}
     assert skips["draft-page1-metadata"] == ""
-    assert skips["mla-page1-verify-graphs"] == "the self-test has no target-verify batch yet"
-    assert skips["mla-page1-verify-eager"] == "the self-test has no target-verify batch yet"
-    assert skips["mla-page1-draft-extend-graphs"] == "the self-test has no draft-extend batch yet"
+    for name in ("mla-page1-verify-graphs", "mla-page1-verify-eager"):
+        assert skips[name] == "", skips
+    assert skips["mla-page1-draft-extend-graphs"] == ""
     assert plan["cases"][1]["deployment"]["draft"] == [1, 3]
     top2 = {c["name"]: c["skip"] for c in plans["deepseek-mtp-topk2"]["cases"]}
     assert top2["draft-page1-metadata"] == "the draft check covers top-1 only"
+    assert top2["mla-page1-verify-eager"] == \
+        "the target-verify batch covers top-1 (a linear draft chain) only"
+
+
+def test_a_sliding_window_model_is_recognised_and_its_cases_skipped_saying_why(
+        plans: dict[str, Any]) -> None:
+    plan = plans["swa"]
+    assert names(plan) == ["ragged-page1-graphs", "ragged-page1-eager"]
+    for case in plan["cases"]:
+        assert "sliding-window attention (window 128)" in case["why"]
+        assert case["skip"].startswith("the self-test does not build sliding-window attention "
+                                       "yet"), case
 
 
 def test_list_names_each_case_and_why(models: dict[str, Path], tmp_path: Path) -> None:
@@ -213,8 +269,10 @@ def test_a_deepseek_class_deployment_runs_mla_padded_by_mlp_sync(
 
 @pytest.mark.slow
 @NEEDS_AITER
-def test_an_mtp_deployment_runs_the_draft_metadata_and_skips_the_rest_saying_why(
+def test_an_mtp_deployment_runs_the_draft_metadata_and_its_eager_verify_batch(
         models: dict[str, Path], tmp_path: Path) -> None:
+    """DeepSeek MTP on the CPU form: the draft metadata and MLA's eager target-verify batch run
+    (right for aiter-ext); the verify and draft-extend graphs are skipped (capture: a GPU)."""
     data = run_json(tmp_path, "--model-path", str(models["deepseek"]), "--speculative-algorithm",
                     "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
                     "--speculative-num-draft-tokens", "4")
@@ -223,8 +281,12 @@ def test_an_mtp_deployment_runs_the_draft_metadata_and_skips_the_rest_saying_why
     draft = cases.pop("draft-page1-metadata")
     assert draft["aiter-ext"]["outcome"] == "ok", draft
     assert "3 steps, top-1" in draft["aiter-ext"]["detail"]
+    verify = cases.pop("mla-page1-verify-eager")["aiter-ext"]
+    assert verify["outcome"] == "ok", verify
+    assert "target verify of 4 draft tokens a request" in verify["detail"]
+    assert set(cases) == {"mla-page1-verify-graphs", "mla-page1-draft-extend-graphs"}
     for row in cases.values():
         for kind in ("upstream", "aiter-ext"):
             assert row[kind]["outcome"] == "skipped"
-            assert row[kind]["detail"].startswith("the self-test has no ")
-    assert data["summary"].startswith("PASS: aiter-ext passed 1 of 1 cases that ran (3 skipped)")
+            assert row[kind]["detail"].startswith("graph capture needs a GPU")
+    assert data["summary"].startswith("PASS: aiter-ext passed 2 of 2 cases that ran (2 skipped)")

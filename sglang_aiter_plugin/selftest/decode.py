@@ -165,14 +165,17 @@ def graph_sizes(case: Case, setup: Setup, backend: Any, device: str, seed: int, 
             yield SizeOutcome(bs, len(reqs), error=exc, past=short)
             return
         yield SizeOutcome(bs, len(reqs), max_err=shape.error(out, q, *query_rows(
-            reqs, lens, per_req)), past=short)
+            reqs, lens, draft if verify else 0)), past=short)
 
 
-def query_rows(reqs: list[int], lens: list[int], draft: int) -> tuple[list[int], list[int]]:
-    """Each query row's request and the tokens it sees: a decode row its request's ``lens``; a
-    target-verify row, draft token ``j`` of a request with ``n`` tokens, ``n + j + 1``."""
+def query_rows(reqs: list[int], lens: list[int], draft: int = 0) -> tuple[list[int], list[int]]:
+    """Each query row's request and the tokens it sees: a decode row (``draft`` 0) its request's
+    ``lens``; with ``draft`` tokens a request (target verify, draft extend), draft token ``j`` of
+    a request with ``n`` tokens before the drafts, ``n + j + 1``."""
+    if not draft:
+        return list(reqs), list(lens)
     return ([r for r in reqs for _ in range(draft)],
-            [n + j + 1 if draft > 1 else n for n in lens for j in range(draft)])
+            [n + j + 1 for n in lens for j in range(draft)])
 
 
 def eager_batch(case: Case, setup: Setup, backend: Any, device: str, seed: int, max_len: int,
@@ -224,7 +227,7 @@ def eager_batch(case: Case, setup: Setup, backend: Any, device: str, seed: int, 
             torch.cuda.synchronize(torch.device(device))
     except Exception as exc:
         return SizeOutcome(bs, rows, error=exc, past=short)
-    err = shape.error(out, q, *query_rows(reqs, lens, per_req)) if rows else None
+    err = shape.error(out, q, *query_rows(reqs, lens, draft if verify else 0)) if rows else None
     return SizeOutcome(bs, rows, max_err=err, past=short)
 
 

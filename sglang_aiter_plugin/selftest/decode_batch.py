@@ -124,10 +124,9 @@ class VerifyBatch(DecodeBatch):
         self.draft, self.runner, self.extend = draft, runner, mode == "draft-extend"
         tokens = bs * draft
         self.q = torch.zeros(tokens, self.q.shape[1], dtype=self.q.dtype, device=device)
-        k, _ = _kv_buffers(runner)
+        k, v = _kv_buffers(runner)
         self.k = torch.zeros(tokens, *k.shape[1:], dtype=k.dtype, device=device)
-        self.v = torch.zeros(tokens, *_kv_buffers(runner)[1].shape[1:], dtype=k.dtype,
-                             device=device)
+        self.v = torch.zeros(tokens, *v.shape[1:], dtype=v.dtype, device=device)
         self.fb.forward_mode = (ForwardMode.DRAFT_EXTEND_V2 if self.extend
                                 else ForwardMode.TARGET_VERIFY)
         self.fb.input_ids = torch.zeros(tokens, dtype=torch.int64, device=device)

@@ -4,9 +4,9 @@ Importing this module imports neither torch nor sglang.
 With DP attention (and whenever sglang needs a gathered buffer) every scheduler step goes through
 ``ForwardBatch.prepare_mlp_sync_batch`` before the eager forward: each rank's token count is
 aligned to the attention-TP size and a decode or idle batch then *has* that many rows
-(``batch_size = num_tokens``). :func:`mlp_synced_batch` builds a real decode ``ForwardBatch`` for
-one rank, gives it the token counts the other ranks reported, and runs sglang's real method on it
-(:func:`mlp_synced`; the tests' other modes are in ``testkit/batches.py``).
+(``batch_size = num_tokens``). :func:`plain_batch` builds a real ``ForwardBatch`` for one rank;
+:func:`mlp_synced` gives it the token counts the other ranks reported and runs sglang's real
+method on it (the tests' other modes are in ``testkit/batches.py``).
 
 What cannot exist on a machine without GPUs or a process group is stated, not faked in sglang's
 code: the rank's place in the DP group (no distributed groups here), the gathered buffer's element
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from sglang_aiter_plugin.selftest.sglang_setup import Setup
 
-__all__ = ["SEQ_LEN", "mlp_synced", "mlp_synced_batch", "plain_batch"]
+__all__ = ["SEQ_LEN", "mlp_synced", "plain_batch"]
 
 SEQ_LEN = 7
 """Tokens already in each request's KV cache in the batches built here."""
@@ -60,20 +60,6 @@ def plain_batch(rows: int, device: str = "cpu", *, lens: list[int] | None = None
     )
     fb.lora_ids = [None] * rows  # as ForwardBatch.init_new copies it from a batch without LoRA
     return fb
-
-
-def mlp_synced_batch(
-    setup: Setup,
-    backend: Any,
-    rows: int,
-    others: list[int],
-    device: str = "cpu",
-    *,
-    lens: list[int] | None = None,
-) -> Any:
-    """This rank's decode batch of ``rows`` requests (:func:`plain_batch`) after sglang's
-    ``prepare_mlp_sync_batch`` (:func:`mlp_synced`)."""
-    return mlp_synced(setup, backend, plain_batch(rows, device, lens=lens), others, device)
 
 
 def mlp_synced(setup: Setup, backend: Any, fb: Any, others: list[int], device: str = "cpu") -> Any:

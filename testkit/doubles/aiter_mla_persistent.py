@@ -74,8 +74,8 @@ def metadata_info(batch_size: int, max_seqlen_qo: int, num_head_qo: int, q_dtype
     if is_sparse:
         raise NotImplementedError("aiter MLA metadata double: dense attention only")
     splits = max_splits(num_head_qo, max_seqlen_qo, q_dtype, kv_dtype)
-    tiles = batch_size * _tiles_per_request(num_head_qo, max_seqlen_qo, q_dtype, kv_dtype)
-    per_request = tiles // batch_size
+    per_request = _tiles_per_request(num_head_qo, max_seqlen_qo, q_dtype, kv_dtype)
+    tiles = batch_size * per_request
     if intra_batch_mode:
         work = partials = tiles * num_kv_splits
     elif fast_mode:

@@ -189,7 +189,7 @@ STATIC = """
 import torch
 from testkit.batch_paths import SCENARIOS, check_metadata, graph_max
 from sglang_aiter_plugin.selftest.decode_batch import draft_metadata
-from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced_batch
+from sglang_aiter_plugin.selftest.mlp_sync import mlp_synced, plain_batch
 from testkit.batches import draft_batch
 from testkit.plugin_state import fills_page_table, pool_frozen
 from testkit.sglang_setup import configure, write_model_dir
@@ -223,8 +223,8 @@ for path in ('ragged', 'unified'):
             frozen = pool_frozen(backend.buffer_pool)
             reason = backend.buffer_pool._frozen
             wrong = _wrong_rows_after_replay(backend, setup, bs)
-            eager = mlp_synced_batch(setup, backend, setup.runner.req_to_token_pool.size,
-                                     [setup.runner.req_to_token_pool.size])
+            eager = mlp_synced(setup, backend, plain_batch(setup.runner.req_to_token_pool.size),
+                               [setup.runner.req_to_token_pool.size])
             error, wrong_eager = check_metadata(backend, eager, path)
             draft = AiterExtMultiStepDraftBackend(setup.runner, 1, 3)
             try:
